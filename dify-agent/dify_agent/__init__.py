@@ -1,0 +1,1 @@
+"""Dify Service API adapter for the DifyAgent LangBot runner."""

@@ -1,0 +1,357 @@
+"""Dify Service API adapter.
+
+Stream event order (platforms.md §1):
+- Chatbot: ``message``* → ``message_end``
+- Agent: (``agent_thought`` | ``agent_message`` | ``message_file``)* → ``message_end``
+- New Agent: ``agent_message``* with ``agent_thought`` → one closing full ``message`` → ``message_end``
+- Chatflow: ``workflow_started`` → node events, ``reasoning_chunk``*, ``message``* → ``message_end`` →
+  ``workflow_finished``
+- Workflow (``/workflows/run``): ``workflow_started`` → ``text_chunk``* → ``workflow_finished``
+- Any of them may end with an ``error`` event (HTTP status stays 200); ``event: ping`` keep-alives
+  arrive every 10 s without data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urljoin
+
+from runner_kit import events as ev
+from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.http import open_stream, read_json, timeout_for
+from runner_kit.inputs import InputFile
+from runner_kit.logs import get_logger
+from runner_kit.runner import Adapter
+from runner_kit.streams import iter_sse
+
+from . import const
+from .errors import map_error, parse_envelope
+
+log = get_logger("runner_kit.dify")
+
+
+def _file_type(f: InputFile) -> str:
+    major = f.mime_type.split("/", 1)[0]
+    if f.kind == "image" or major == "image":
+        return "image"
+    if major in ("audio", "video"):
+        return major
+    return "document"
+
+
+class DifyAdapter(Adapter):
+    """Maps one LangBot turn onto ``/chat-messages`` or ``/workflows/run``."""
+
+    platform = const.PLATFORM
+    session_key = const.SESSION_KEY
+
+    def __init__(self, env):
+        super().__init__(env)
+        cfg = env.config
+        self.base = str(cfg["base-url"]).rstrip("/")
+        self.app_type = cfg["app-type"]
+        self.workflow = self.app_type == const.WORKFLOW_APP
+        self.headers = {"Authorization": f"Bearer {cfg['api-key']}"}
+        self.task_id: str | None = None
+        self._done = False
+        self._unknown: set[str] = set()
+
+    # --- request building ----------------------------------------------------------------------
+
+    def _inputs(self) -> dict[str, Any]:
+        cfg, ctx, inp = self.env.config, self.env.ctx, self.env.input
+        inputs: dict[str, Any] = dict(cfg.get("inputs") or {})
+        if self.workflow:
+            conv = ctx.conversation
+            session = None
+            if conv is not None and conv.launcher_type and conv.launcher_id:
+                session = f"{conv.launcher_type}_{conv.launcher_id}"
+            inputs.update(
+                {
+                    # the variables LangBot's built-in Dify runner always sent to workflows
+                    "langbot_user_message_text": inp.text,
+                    "langbot_session_id": session or (conv.session_id if conv else None) or ctx.run_id,
+                    "langbot_conversation_id": (conv.conversation_id if conv else None) or "",
+                    "langbot_msg_create_time": inp.params.get("msg_create_time", ctx.event.event_time),
+                }
+            )
+        inputs.update(inp.params)
+        return inputs
+
+    async def _upload(self, f: InputFile) -> dict[str, Any]:
+        ftype = _file_type(f)
+        if f.url is not None:
+            return {"type": ftype, "transfer_method": "remote_url", "url": f.url}
+        name = f.name.replace("/", "_").replace("\\", "_") or "file"
+        async with open_stream(
+            self.env.client,
+            "POST",
+            self.base + const.UPLOAD_PATH,
+            budget=self.env.budget(),
+            platform=self.platform,
+            error_parser=lambda s, b, c: _upload_error(name, parse_envelope(s, b, c)),
+            headers=self.headers,
+            files={"file": (name, f.data or b"", f.mime_type)},
+            data={"user": self.env.user},
+        ) as resp:
+            doc = await read_json(resp, self.platform)
+        if not isinstance(doc, dict) or not doc.get("id"):
+            raise RunnerError("upstream.protocol", f"{self.platform} upload of '{name}' returned no file id")
+        return {"type": ftype, "transfer_method": "local_file", "upload_file_id": doc["id"]}
+
+    async def _request(self) -> tuple[str, dict[str, Any]]:
+        cfg, inp = self.env.config, self.env.input
+        files = list(await asyncio.gather(*(self._upload(f) for f in inp.files))) if inp.files else []
+        body: dict[str, Any] = {
+            "inputs": self._inputs(),
+            "response_mode": "streaming",
+            "user": self.env.user,
+        }
+        if files:
+            body["files"] = files
+        if self.workflow:
+            return self.base + const.WORKFLOW_PATH, body
+        body["query"] = inp.text.strip() or str(cfg.get("base-prompt") or "").strip() or "."
+        body["conversation_id"] = self.env.session.current or ""
+        return self.base + const.CHAT_PATH, body
+
+    # --- streaming -------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[ev.Event]:
+        url, body = await self._request()
+        sent_conversation = bool(body.get("conversation_id"))
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            err = parse_envelope(status, raw, ctype)
+            if status == 404 and sent_conversation:
+                return SessionMissing()
+            return err
+
+        async with open_stream(
+            self.env.client,
+            "POST",
+            url,
+            budget=self.env.budget(),
+            platform=self.platform,
+            error_parser=on_error,  # type: ignore[arg-type]
+            headers=self.headers,
+            json=body,
+        ) as resp:
+            ctype = resp.headers.get("content-type", "")
+            if "json" in ctype:
+                for item in self._blocking(await read_json(resp, self.platform)):
+                    yield item
+                return
+            state = _StreamState()
+            async for sse in iter_sse(resp.aiter_bytes()):
+                if not sse.data:
+                    continue  # ping
+                data = sse.json()
+                if not isinstance(data, dict):
+                    raise RunnerError("upstream.protocol", f"{self.platform} sent an event that is not an object")
+                for item in self._map(data, state):
+                    yield item
+                if state.finished:
+                    break
+        self._done = True
+        if not state.seen_events:
+            raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        if not state.finished:
+            raise RunnerError(
+                "upstream.unavailable", f"{self.platform} closed the stream before the answer finished"
+            )
+
+    def _map(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
+        name = data.get("event")
+        st.seen_events = True
+        out: list[ev.Event] = []
+        if self.task_id is None and data.get("task_id"):
+            self.task_id = data["task_id"]
+        cid = data.get("conversation_id")
+        if cid and cid != st.conversation_id:
+            st.conversation_id = cid
+            out.append(ev.SessionId(cid))
+        if name == "message" or name == "agent_message":
+            answer = data.get("answer") or ""
+            if name == "agent_message":
+                st.agent_messages = True
+                out.append(ev.Text(answer))
+            elif st.agent_messages:
+                out.append(ev.FinalText(answer))  # New Agent's closing message repeats the whole answer
+            else:
+                out.append(ev.Text(answer))
+        elif name == "text_chunk":
+            text = (data.get("data") or {}).get("text") or ""
+            if text:
+                st.streamed_text = True
+                out.append(ev.Text(text))
+        elif name == "reasoning_chunk":
+            piece = (data.get("data") or {}).get("reasoning") or ""
+            if piece:
+                out.append(ev.Think(piece))
+        elif name == "agent_thought":
+            out.extend(self._thought(data, st))
+        elif name == "message_file":
+            if data.get("belongs_to", "assistant") == "assistant" and data.get("url"):
+                url = data["url"]
+                if url.startswith("/"):
+                    url = urljoin(self.base + "/", url)
+                kind = "image" if data.get("type") == "image" else "file"
+                out.append(ev.Attachment(url=url, kind=kind))
+        elif name == "message_replace":
+            out.append(ev.ReplaceText(data.get("answer") or ""))
+        elif name == "message_end":
+            usage = (data.get("metadata") or {}).get("usage")
+            if isinstance(usage, dict):
+                st.usage_seen = True
+                out.append(_usage(usage))
+            if self.app_type != "chatflow":
+                st.finished = True
+        elif name == "workflow_finished":
+            out.extend(self._workflow_finished(data.get("data") or {}, st))
+            st.finished = True
+        elif name in ("workflow_paused", "human_input_required"):
+            raise RunnerError(
+                "upstream.paused",
+                f"the {self.platform} workflow paused for human input, which this runner cannot answer",
+            )
+        elif name == "error":
+            raise map_error(_int(data.get("status")), data.get("code"), data.get("message"))
+        elif name not in const.IGNORED_EVENTS and name not in self._unknown:
+            self._unknown.add(str(name))
+            log.info("%s: skipping unknown stream event %r", self.platform, name)
+        return out
+
+    def _thought(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
+        """Agent steps are re-sent as they progress; treat them as upserts keyed by id."""
+        out: list[ev.Event] = []
+        step_id = str(data.get("id") or data.get("position") or len(st.thoughts))
+        seen = st.thoughts.setdefault(step_id, {"thought": 0, "started": False, "done": False})
+        thought = data.get("thought") or ""
+        if len(thought) > seen["thought"]:
+            out.append(ev.Think(thought[seen["thought"] :]))
+            seen["thought"] = len(thought)
+        tool = data.get("tool") or ""
+        if tool and not seen["started"]:
+            seen["started"] = True
+            out.append(ev.ToolStarted(call_id=step_id, name=tool, parameters=_tool_input(data.get("tool_input"))))
+        observation = data.get("observation")
+        if tool and observation and not seen["done"]:
+            seen["done"] = True
+            out.append(ev.ToolCompleted(call_id=step_id, name=tool, result=_maybe_json(observation)))
+        return out
+
+    def _workflow_finished(self, wf: dict[str, Any], st: _StreamState) -> list[ev.Event]:
+        status = wf.get("status")
+        if status in ("failed", "stopped"):
+            detail = wf.get("error") or status
+            raise RunnerError("upstream.error", f"the {self.platform} workflow {status}: {str(detail)[:300]}")
+        out: list[ev.Event] = []
+        if self.workflow:
+            answer = _pick_output(wf.get("outputs"), self.env.config.get("workflow-output-key") or "")
+            if answer is not None:
+                out.append(ev.FinalText(answer))
+        if not st.usage_seen and wf.get("total_tokens") is not None:
+            out.append(ev.Usage(total_tokens=_int(wf.get("total_tokens"))))
+        return out
+
+    def _blocking(self, doc: Any) -> list[ev.Event]:
+        """A JSON (blocking-mode) body where a stream was expected: still answer from it."""
+        if not isinstance(doc, dict):
+            raise RunnerError("upstream.protocol", f"{self.platform} returned an unexpected JSON body")
+        self._done = True
+        out: list[ev.Event] = []
+        if doc.get("conversation_id"):
+            out.append(ev.SessionId(doc["conversation_id"]))
+        if "data" in doc and isinstance(doc["data"], dict):
+            st = _StreamState()
+            out.extend(self._workflow_finished(doc["data"], st))
+            return out
+        out.append(ev.FinalText(doc.get("answer") or ""))
+        usage = (doc.get("metadata") or {}).get("usage")
+        if isinstance(usage, dict):
+            out.append(_usage(usage))
+        return out
+
+    async def cancel(self) -> None:
+        """Stop the running Dify task (only the same ``user`` can stop it)."""
+        if self._done or not self.task_id:
+            return
+        path = (const.WORKFLOW_STOP_PATH if self.workflow else const.CHAT_STOP_PATH).format(task_id=self.task_id)
+        try:
+            await self.env.client.post(
+                self.base + path, json={"user": self.env.user}, headers=self.headers, timeout=timeout_for(2.0)
+            )
+        except Exception:  # noqa: BLE001 - best effort on cancel
+            log.info("%s: could not stop task after cancel", self.platform)
+
+
+class _StreamState:
+    __slots__ = ("agent_messages", "conversation_id", "finished", "seen_events", "streamed_text", "thoughts", "usage_seen")
+
+    def __init__(self) -> None:
+        self.agent_messages = False
+        self.conversation_id: str | None = None
+        self.finished = False
+        self.seen_events = False
+        self.streamed_text = False
+        self.thoughts: dict[str, dict[str, Any]] = {}
+        self.usage_seen = False
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _usage(usage: dict[str, Any]) -> ev.Usage:
+    # only the token fields: prices and latency are not token usage
+    return ev.Usage(
+        prompt_tokens=_int(usage.get("prompt_tokens")),
+        completion_tokens=_int(usage.get("completion_tokens")),
+        total_tokens=_int(usage.get("total_tokens")),
+    )
+
+
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _tool_input(raw: Any) -> dict[str, Any]:
+    value = _maybe_json(raw) if raw else {}
+    return value if isinstance(value, dict) else {"input": value}
+
+
+def _pick_output(outputs: Any, key: str) -> str | None:
+    if not isinstance(outputs, dict) or not outputs:
+        return None
+    if key:
+        value = outputs.get(key)
+        if value is None:
+            raise RunnerError(
+                "config.invalid",
+                f"the workflow has no output named '{key}' (it has: {', '.join(sorted(outputs))[:200]})",
+            )
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    for k in const.OUTPUT_KEYS:
+        if isinstance(outputs.get(k), str):
+            return outputs[k]
+    if len(outputs) == 1:
+        (value,) = outputs.values()
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return json.dumps(outputs, ensure_ascii=False)
+
+
+def _upload_error(name: str, err: RunnerError) -> RunnerError:
+    return RunnerError(err.code, f"uploading '{name}' failed: {err.message}", retryable=err.retryable, status=err.status)
+

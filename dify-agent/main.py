@@ -1,0 +1,12 @@
+"""DifyAgent plugin entry point."""
+
+from __future__ import annotations
+
+from langbot_plugin.api.definition.plugin import BasePlugin
+
+
+class DifyAgentPlugin(BasePlugin):
+    """Binds a Dify app to LangBot as an agent runner."""
+
+    async def initialize(self) -> None:
+        pass

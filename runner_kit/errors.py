@@ -1,0 +1,127 @@
+"""One error taxonomy for every runner, and redaction of secrets from every message.
+
+Every failure a runner reports is a :class:`RunnerError` carrying a stable ``code`` from the
+table below and a ``retryable`` flag; the runner base turns it into exactly one ``run.failed``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+# code -> retryable default
+CODES: dict[str, bool] = {
+    "config.invalid": False,
+    "config.missing": False,
+    "config.identity_unavailable": False,
+    "input.invalid": False,
+    "input.too_large": False,
+    "input.unreadable": False,
+    "upstream.auth": False,
+    "upstream.forbidden": False,
+    "upstream.quota": False,
+    "upstream.rate_limited": True,
+    "upstream.unavailable": True,
+    "upstream.bad_request": False,
+    "upstream.not_found": False,
+    "upstream.too_large": False,
+    "upstream.timeout": True,
+    "upstream.protocol": False,
+    "upstream.error": False,
+    "upstream.empty_response": False,
+    "upstream.paused": False,
+    "process.not_found": False,
+    "process.crashed": True,
+    "process.exited": False,
+    "runner.cancelled": False,
+    "runner.internal": False,
+}
+
+
+class RunnerError(Exception):
+    """A failure with a stable taxonomy code; the message must already be safe to show."""
+
+    def __init__(self, code: str, message: str, *, retryable: bool | None = None, status: int | None = None):
+        if code not in CODES:
+            raise ValueError(f"unknown runner error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = CODES[code] if retryable is None else retryable
+        self.status = status
+
+    def __repr__(self) -> str:
+        return f"RunnerError({self.code!r}, {self.message!r}, retryable={self.retryable})"
+
+
+class SessionMissing(Exception):
+    """The upstream says the stored conversation/session no longer exists."""
+
+
+def status_to_code(status: int) -> str:
+    """Map an HTTP status to a taxonomy code (body-specific refinements happen in adapters)."""
+    if status == 401:
+        return "upstream.auth"
+    if status == 403:
+        return "upstream.forbidden"
+    if status == 404:
+        return "upstream.not_found"
+    if status == 408:
+        return "upstream.timeout"
+    if status == 413:
+        return "upstream.too_large"
+    if status == 429:
+        return "upstream.rate_limited"
+    if status in (500, 502, 503, 504) or status >= 500:
+        return "upstream.unavailable"
+    if 400 <= status < 500:
+        return "upstream.bad_request"
+    return "upstream.protocol"
+
+
+# --- redaction -------------------------------------------------------------------------------
+
+# (pattern, keep group 1 as a visible prefix)
+_PATTERNS: list[tuple[re.Pattern[str], bool]] = [
+    # Authorization headers, with or without a scheme word
+    (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+|token\s+)?)[^\s,;\"']+"), True),
+    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"), True),
+    # key=value / key: value style secrets in URLs, query strings, headers and logs
+    (
+        re.compile(
+            r"(?i)((?:api[-_]?key|x-api-key|access[-_]?token|token|secret|password|passwd)[\"']?\s*[=:]\s*[\"']?)[^\s&,;\"']+"
+        ),
+        True,
+    ),
+    # well-known key shapes (Dify app keys, OpenAI/DashScope sk-, Coze pat_)
+    (re.compile(r"\b(?:app-|sk-|pat_|sk_live_|sk_test_)[A-Za-z0-9_-]{8,}"), False),
+]
+
+REDACTED = "***"
+
+
+class Redactor:
+    """Removes known secret values and secret-looking patterns from text."""
+
+    def __init__(self, secrets: Iterable[str] = ()):
+        self._secrets: list[str] = []
+        for s in secrets:
+            self.add(s)
+
+    def add(self, secret: object) -> None:
+        """Remember one secret value (short values are ignored to avoid mangling text)."""
+        if isinstance(secret, str) and len(secret) >= 4 and secret not in self._secrets:
+            self._secrets.append(secret)
+            self._secrets.sort(key=len, reverse=True)
+
+    def __call__(self, text: object) -> str:
+        out = str(text)
+        for s in self._secrets:
+            if s in out:
+                out = out.replace(s, REDACTED)
+        for pat, keep in _PATTERNS:
+            out = pat.sub((lambda m: m.group(1) + REDACTED) if keep else REDACTED, out)
+        return out
+
+
+redact = Redactor()

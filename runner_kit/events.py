@@ -1,0 +1,95 @@
+"""The small typed vocabulary an adapter yields; only the kit turns these into RunnerResults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(slots=True)
+class Text:
+    """A piece of answer text to append."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class Think:
+    """A piece of reasoning text; shown as a <think> block before the answer unless remove-think."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class ReplaceText:
+    """Replace the whole answer so far (moderation replace, or a closing full answer)."""
+
+    text: str
+
+
+@dataclass(slots=True)
+class FinalText:
+    """The complete answer as the upstream states it at the end.
+
+    If the streamed text already equals it nothing changes; if nothing was streamed it becomes the
+    answer; if it differs it replaces the streamed answer.
+    """
+
+    text: str
+
+
+@dataclass(slots=True)
+class ToolStarted:
+    """An upstream tool step began."""
+
+    call_id: str
+    name: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ToolCompleted:
+    """An upstream tool step finished."""
+
+    call_id: str
+    name: str
+    result: Any = None
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class Attachment:
+    """A file or image the upstream produced, delivered with the final message."""
+
+    url: str
+    kind: str = "image"  # image | file
+    name: str | None = None
+    mime_type: str | None = None
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts for one upstream turn; None means unknown."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class SessionId:
+    """The upstream conversation/session handle to keep for the next turn."""
+
+    value: str | None
+
+
+@dataclass(slots=True)
+class Log:
+    """A diagnostic line for the host's processor log (never shown on a platform)."""
+
+    text: str
+    level: str = "info"
+
+
+Event = Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
