@@ -1,0 +1,49 @@
+import pytest
+
+from runner_kit.errors import CODES, Redactor, RunnerError, status_to_code
+
+
+@pytest.mark.parametrize(
+    "status,code,retryable",
+    [(400, "upstream.bad_request", False), (401, "upstream.auth", False), (403, "upstream.forbidden", False),
+     (404, "upstream.not_found", False), (413, "upstream.too_large", False), (429, "upstream.rate_limited", True),
+     (500, "upstream.unavailable", True), (502, "upstream.unavailable", True), (503, "upstream.unavailable", True)],
+)
+def test_status_mapping_and_retryable(status, code, retryable):
+    assert status_to_code(status) == code
+    assert RunnerError(code, "x").retryable is retryable
+
+
+def test_timeouts_retryable_quota_not():
+    assert CODES["upstream.timeout"] and not CODES["upstream.quota"] and not CODES["upstream.auth"]
+
+
+def test_unknown_code_rejected():
+    with pytest.raises(ValueError):
+        RunnerError("nope", "x")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Authorization: Bearer abcdefghijkl",
+        "authorization=Basic dXNlcjpwYXNz",
+        '{"Authorization": "Bearer xyzxyzxyz"}',
+        "GET /run?x-api-key=verysecret1&a=1",
+        "api_key=hunter2hunter2",
+        "key app-AbCdEf123456 leaked",
+        "sk-0123456789abcdef in text",
+        "pat_ABCDEFGH12345678",
+    ],
+)
+def test_redaction_patterns(text):
+    out = Redactor()(text)
+    for secret in ("abcdefghijkl", "dXNlcjpwYXNz", "xyzxyzxyz", "verysecret1", "hunter2hunter2",
+                   "AbCdEf123456", "0123456789abcdef", "ABCDEFGH12345678"):
+        assert secret not in out
+
+
+def test_known_secret_values_removed_and_text_kept():
+    r = Redactor(["my-plain-secret"])
+    assert r("failed with my-plain-secret in url") == "failed with *** in url"
+    assert r("the answer has 12 tokens") == "the answer has 12 tokens"
