@@ -34,10 +34,11 @@ class StreamPolicy:
     @classmethod
     def from_config(cls, config: Any) -> StreamPolicy:
         get = getattr(config, "get", lambda _k, d=None: d)
+        default = cls()
         return cls(
-            growth=float(get("stream-growth", None) or cls.growth),
-            min_chars=int(get("stream-min-chars", None) or cls.min_chars),
-            max_delay=float(get("stream-max-delay", None) or cls.max_delay),
+            growth=float(get("stream-growth", None) or default.growth),
+            min_chars=int(get("stream-min-chars", None) or default.min_chars),
+            max_delay=float(get("stream-max-delay", None) or default.max_delay),
         )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from functools import cached_property
@@ -168,6 +169,7 @@ async def drive(ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSc
         yield builder.failed(exc.code, redact(exc.message), exc.retryable, usage)
     except Exception as exc:  # noqa: BLE001 - nothing may escape run()
         log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
+        log.debug("%s", redact(traceback.format_exc()))
         yield builder.failed("runner.internal", redact(f"internal error: {type(exc).__name__}: {exc}"), False, usage)
 
 

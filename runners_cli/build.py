@@ -1,0 +1,461 @@
+"""``runners build``: stage a plugin with the shared kit vendored, validate it the way the SDK and
+LangBot will, and package it with the SDK's own ``lbp build``.
+
+Staging layout (``.stage/<plugin-dir>`` under the repository root, wiped on every build)::
+
+    .stage/dify-agent/            a copy of dify-agent/ (no __pycache__, .env, dist)
+    .stage/dify-agent/runner_kit/ a copy of the repository's runner_kit/
+
+The SDK build runs with the staging folder as its working directory (it only works on ``.``), so
+it is serialised behind a lock and the previous working directory is always restored.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import io
+import logging
+import os
+import shutil
+import threading
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from .plugins import ROOT, PluginInfo
+
+KIT_DIR = ROOT / "runner_kit"
+STAGE_ROOT = ROOT / ".stage"
+REQUIRED_AUTHOR = "langbot-team"
+REQUIRED_RUNNER_NAME = "default"
+MIN_VERSION = Version("0.3.0")
+LOCALES = ("en_US", "zh_Hans")
+
+# never copied into the staging folder (plugin side) or the kit copy
+_PLUGIN_SKIP = ("__pycache__", "*.pyc", "*.pyo", ".env", "dist", ".stage", ".pytest_cache", ".ruff_cache", "*.lbpkg")
+_KIT_SKIP = ("__pycache__", "*.pyc", "*.pyo")
+# never allowed inside a built package
+_FORBIDDEN_PARTS = {".stage", "__pycache__", ".env", ".git", ".pytest_cache"}
+
+_CWD_LOCK = threading.RLock()
+
+
+class BuildError(Exception):
+    """A plugin failed to stage, validate or package; ``problems`` are readable one-liners."""
+
+    def __init__(self, plugin: str, problems: list[str]):
+        self.plugin = plugin
+        self.problems = list(problems)
+        super().__init__(f"{plugin}: " + "; ".join(self.problems))
+
+    def report(self) -> str:
+        lines = [f"build failed for {self.plugin}:"]
+        lines += [f"  - {p}" for p in self.problems]
+        return "\n".join(lines)
+
+
+@contextlib.contextmanager
+def working_directory(path: Path) -> Iterator[None]:
+    """chdir for the SDK helpers that only work on ``.`` (process-global, hence the lock)."""
+    with _CWD_LOCK:
+        previous = os.getcwd()
+        os.chdir(path)
+        try:
+            yield
+        finally:
+            os.chdir(previous)
+
+
+@contextlib.contextmanager
+def _capture_warnings(logger_name: str) -> Iterator[list[str]]:
+    """Collect the warnings a logger emits (the SDK logs and skips manifests it cannot load)."""
+    messages: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            messages.append(record.getMessage())
+
+    handler = _Collect(level=logging.WARNING)
+    logger = logging.getLogger(logger_name)
+    old_propagate = logger.propagate
+    logger.addHandler(handler)
+    logger.propagate = False
+    try:
+        yield messages
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = old_propagate
+
+
+# --- staging -----------------------------------------------------------------------------------
+
+
+def stage_plugin(info: PluginInfo, stage_root: Path = STAGE_ROOT, kit_dir: Path = KIT_DIR) -> Path:
+    """Copy the plugin and the shared kit into ``stage_root/<dir>`` (wiped first)."""
+    if (info.directory / "runner_kit").exists():
+        raise BuildError(info.name, [f"{info.dirname}/runner_kit exists; the kit is vendored at build time, remove it"])
+    if not (kit_dir / "__init__.py").is_file():
+        raise BuildError(info.name, [f"the shared kit is missing at {kit_dir}"])
+    dest = Path(stage_root) / info.dirname
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(info.directory, dest, ignore=shutil.ignore_patterns(*_PLUGIN_SKIP))
+    shutil.copytree(kit_dir, dest / "runner_kit", ignore=shutil.ignore_patterns(*_KIT_SKIP))
+    return dest
+
+
+# --- validation --------------------------------------------------------------------------------
+
+
+@dataclass
+class Validation:
+    """What validating one plugin directory found."""
+
+    problems: list[str] = field(default_factory=list)
+    plugin_manifest: Any = None
+    runner_components: list[Any] = field(default_factory=list)
+    runner_manifests: list[Any] = field(default_factory=list)
+
+    def add(self, problem: str) -> None:
+        self.problems.append(problem)
+
+
+def _i18n_problems(where: str, value: Any, what: str) -> list[str]:
+    if not isinstance(value, dict):
+        return [f"{where}: {what} must be a map with {' and '.join(LOCALES)}"]
+    missing = [loc for loc in LOCALES if not (isinstance(value.get(loc), str) and value[loc].strip())]
+    return [f"{where}: {what} lacks {', '.join(missing)}"] if missing else []
+
+
+def config_item_problems(items: Any, *, descriptions: bool = False) -> list[str]:
+    """Every config item has name and type and bilingual labels (and, optionally, descriptions)."""
+    if items is None:
+        return []
+    if not isinstance(items, list):
+        return ["spec.config must be a list"]
+    problems: list[str] = []
+    seen: set[str] = set()
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            problems.append(f"config item #{i + 1} is not a map")
+            continue
+        name = item.get("name")
+        where = f"config item {name!r}" if name else f"config item #{i + 1}"
+        if not isinstance(name, str) or not name:
+            problems.append(f"{where}: missing name")
+        elif name in seen:
+            problems.append(f"{where}: declared twice")
+        else:
+            seen.add(name)
+        if not isinstance(item.get("type"), str) or not item.get("type"):
+            problems.append(f"{where}: missing type")
+        problems += _i18n_problems(where, item.get("label"), "label")
+        if descriptions or item.get("description") is not None:
+            problems += _i18n_problems(where, item.get("description"), "description")
+        for opt in item.get("options") or []:
+            if isinstance(opt, dict):
+                oname = opt.get("name", opt.get("value"))
+                if oname is None:
+                    problems.append(f"{where}: an option has no name")
+                problems += _i18n_problems(f"{where} option {oname!r}", opt.get("label"), "label")
+    return problems
+
+
+def _requirement_line(raw: str) -> str:
+    """A requirements.txt line without its comment ('' for blank and comment lines)."""
+    stripped = raw.strip()
+    if stripped.startswith("#"):
+        return ""
+    return stripped.split(" #", 1)[0].strip()
+
+
+def requirement_problems(path: Path) -> list[str]:
+    """requirements.txt holds only plain PEP 508 requirements (no pip options, URLs or paths)."""
+    if not path.is_file():
+        return ["requirements.txt is missing"]
+    problems = []
+    for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        line = _requirement_line(raw)
+        if not line:
+            continue
+        if line.startswith("-"):
+            problems.append(f"requirements.txt line {n}: pip options are not allowed ({line!r})")
+            continue
+        try:
+            req = Requirement(line)
+        except InvalidRequirement as exc:
+            problems.append(f"requirements.txt line {n}: not a PEP 508 requirement ({line!r}: {exc})")
+            continue
+        if req.url:
+            problems.append(f"requirements.txt line {n}: direct URL references are not allowed ({line!r})")
+    return problems
+
+
+def parse_requirements(path: Path) -> list[Requirement]:
+    """The requirements of a valid requirements.txt (invalid lines skipped)."""
+    out = []
+    if not path.is_file():
+        return out
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = _requirement_line(raw)
+        if not line or line.startswith("-"):
+            continue
+        with contextlib.suppress(InvalidRequirement):
+            out.append(Requirement(line))
+    return out
+
+
+def _module_names(body: list[ast.stmt]) -> set[str]:
+    names: set[str] = set()
+    for node in body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, ast.Try):
+            names |= _module_names(node.body) | _module_names(node.orelse) | _module_names(node.finalbody)
+        elif isinstance(node, ast.If):
+            names |= _module_names(node.body) | _module_names(node.orelse)
+    return names
+
+
+def _defines_class(py: Path, attr: str) -> bool:
+    try:
+        tree = ast.parse(py.read_text(encoding="utf-8"), filename=str(py))
+    except SyntaxError:
+        return False
+    return attr in _module_names(tree.body)
+
+
+def _check_execution(v: Validation, base: Path, rel_dir: str, execution: Any, what: str) -> None:
+    if execution is None:
+        v.add(f"{what}: execution.python is missing")
+        return
+    py = (base / rel_dir / execution.python.path).resolve()
+    if not py.suffix:
+        py = py.with_suffix(".py")
+    if not py.is_file():
+        v.add(f"{what}: execution.python.path {execution.python.path!r} does not exist")
+    elif not _defines_class(py, execution.python.attr):
+        v.add(f"{what}: {py.name} does not define {execution.python.attr!r}")
+
+
+def build_runner_manifest(plugin_manifest: Any, component: Any) -> Any:
+    """A ``RunnerManifest`` built the way the SDK's LIST_RUNNERS does (raises when invalid)."""
+    from langbot_plugin.api.entities.builtin.runner.manifest import RunnerManifest
+
+    spec = component.manifest.get("spec") or {}
+    runner_name = component.metadata.name
+    author = plugin_manifest.metadata.author
+    name = plugin_manifest.metadata.name
+    if "event" in (spec.get("usages") or []) and not spec.get("events"):
+        raise ValueError("Event usage requires an explicit spec.events declaration")
+    return RunnerManifest(
+        id=f"plugin:{author}/{name}/{runner_name}",
+        component_kind=component.kind,
+        usages=spec.get("usages"),
+        supported_event_patterns=spec.get("events") or ["*"],
+        name=runner_name,
+        label=component.metadata.label.to_dict(),
+        description=component.metadata.description.to_dict() if component.metadata.description is not None else None,
+        capabilities=spec.get("capabilities") or {},
+        permissions=spec.get("permissions") or {},
+        config_schema=spec.get("config") or [],
+        metadata={"plugin_author": author, "plugin_name": name, "runner_name": runner_name},
+    )
+
+
+def _short_validation_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            parts = []
+            for e in errors():
+                loc = ".".join(str(x) for x in e.get("loc", ()))
+                parts.append(f"{loc}: {e.get('msg')}" + (f" (got {e['input']!r})" if "input" in e and not isinstance(
+                    e["input"], (dict, list)) else ""))
+            if parts:
+                return "; ".join(parts)
+        except Exception:  # noqa: BLE001 - fall back to the plain message
+            pass
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def validate_plugin(directory: Path) -> Validation:
+    """Validate a plugin directory (source or staged) like ``lbp build``, LIST_RUNNERS and the
+    migration will; never raises for plugin problems, returns them."""
+    from langbot_plugin.api.definition.components.manifest import InvalidRunnerManifest
+    from langbot_plugin.utils.discover.engine import ComponentDiscoveryEngine
+
+    directory = Path(directory).resolve()
+    v = Validation()
+    if not (directory / "manifest.yaml").is_file():
+        v.add("manifest.yaml is missing")
+        return v
+
+    # (a) the plugin manifest and its components, loaded exactly as buildplugin does
+    with working_directory(directory), _capture_warnings("langbot_plugin.utils.discover.engine") as warnings:
+        engine = ComponentDiscoveryEngine()
+        try:
+            plugin_manifest = engine.load_component_manifest(path="manifest.yaml", owner="builtin", no_save=True)
+            if plugin_manifest is None:
+                v.add("manifest.yaml is not a valid plugin manifest" + (f" ({warnings[-1]})" if warnings else ""))
+                return v
+            v.plugin_manifest = plugin_manifest
+            components = []
+            groups = (plugin_manifest.spec or {}).get("components") or {}
+            for group in groups.values():
+                components += engine.load_blueprint_comp_group(group, owner="builtin", no_save=True)
+        except InvalidRunnerManifest as exc:
+            v.add(str(exc))
+            return v
+        except Exception as exc:  # noqa: BLE001 - any loader failure is a plugin problem
+            v.add(f"loading the manifests failed: {type(exc).__name__}: {exc}")
+            return v
+    for w in warnings:
+        v.add(f"the SDK skipped a component manifest: {w}")
+
+    meta = plugin_manifest.metadata
+    if plugin_manifest.kind != "Plugin":
+        v.add(f"manifest.yaml kind is {plugin_manifest.kind!r}, expected 'Plugin'")
+    if meta.author != REQUIRED_AUTHOR:
+        v.add(f"metadata.author is {meta.author!r}; LangBot's migration only binds {REQUIRED_AUTHOR!r}")
+    try:
+        if Version(str(meta.version)) < MIN_VERSION:
+            v.add(f"metadata.version {meta.version} is below {MIN_VERSION}")
+    except InvalidVersion:
+        v.add(f"metadata.version {meta.version!r} is not a version number")
+    v.problems += _i18n_problems("manifest.yaml", plugin_manifest.manifest["metadata"].get("label"), "label")
+    v.problems += _i18n_problems("manifest.yaml", plugin_manifest.manifest["metadata"].get("description"), "description")
+    icon = (meta.icon or "").strip()
+    if icon and not (directory / icon).is_file():
+        v.add(f"metadata.icon {icon!r} does not exist")
+    _check_execution(v, directory, "", plugin_manifest.execution, "manifest.yaml")
+
+    runners = [c for c in components if c.kind == "Runner"]
+    v.runner_components = runners
+    if not runners:
+        v.add("no Runner component found under spec.components.Runner.fromDirs")
+    names = [c.metadata.name for c in runners]
+    if runners and REQUIRED_RUNNER_NAME not in names:
+        v.add(f"no runner named {REQUIRED_RUNNER_NAME!r} (found {', '.join(names)}); the migration targets "
+              f"plugin:{REQUIRED_AUTHOR}/{meta.name}/{REQUIRED_RUNNER_NAME}")
+    for comp in runners:
+        where = f"runner {comp.metadata.name!r} ({comp.rel_path})"
+        spec = comp.manifest.get("spec") or {}
+        # (b) the RunnerManifest LIST_RUNNERS builds (extra=forbid on capabilities/permissions)
+        try:
+            v.runner_manifests.append(build_runner_manifest(plugin_manifest, comp))
+        except Exception as exc:  # noqa: BLE001 - pydantic or ValueError
+            v.add(f"{where}: LangBot would skip this runner (invalid RunnerManifest): {_short_validation_error(exc)}")
+        # (c) usages
+        if not spec.get("usages"):
+            v.add(f"{where}: spec.usages is required")
+        # (d) config items
+        v.problems += [f"{where}: {p}" for p in config_item_problems(spec.get("config"))]
+        v.problems += _i18n_problems(where, comp.manifest["metadata"].get("label"), "label")
+        _check_execution(v, directory, os.path.dirname(comp.rel_path), comp.execution, where)
+    # (e) requirements
+    v.problems += requirement_problems(directory / "requirements.txt")
+    return v
+
+
+# --- packaging ---------------------------------------------------------------------------------
+
+
+def sdk_build(plugin_dir: Path, out_dir: Path) -> Path:
+    """Run the SDK's ``lbp build`` on ``plugin_dir`` (its output is captured, not printed)."""
+    from langbot_plugin.cli.commands.buildplugin import build_plugin_process
+
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    buf = io.StringIO()
+    with working_directory(Path(plugin_dir)), contextlib.redirect_stdout(buf):
+        result = build_plugin_process(str(out_dir))
+    if not result:
+        raise RuntimeError("the SDK build produced no package: " + " | ".join(buf.getvalue().strip().splitlines()[-3:]))
+    return Path(result)
+
+
+def package_problems(path: Path) -> list[str]:
+    """What must not (or must) be inside a built package."""
+    problems = []
+    with zipfile.ZipFile(path) as zf:
+        names = zf.namelist()
+    for n in names:
+        parts = set(n.replace("\\", "/").split("/"))
+        bad = parts & _FORBIDDEN_PARTS
+        if bad or n.endswith((".pyc", ".pyo", ".lbpkg")):
+            problems.append(f"package contains {n}")
+    for required in ("manifest.yaml", "requirements.txt", "runner_kit/__init__.py"):
+        if required not in names:
+            problems.append(f"package lacks {required}")
+    return problems
+
+
+def build_plugin(
+    info: PluginInfo,
+    out_dir: Path,
+    *,
+    stage_root: Path = STAGE_ROOT,
+    kit_dir: Path = KIT_DIR,
+) -> Path:
+    """Stage, validate and package one plugin; returns the .lbpkg path or raises BuildError."""
+    out_dir = Path(out_dir).resolve()
+    stage_root = Path(stage_root).resolve()
+    if out_dir == stage_root or stage_root in out_dir.parents:
+        raise BuildError(info.name, [f"the output directory {out_dir} must not be inside {stage_root}"])
+    try:
+        staged = stage_plugin(info, stage_root, kit_dir)
+    except BuildError:
+        raise
+    except OSError as exc:
+        raise BuildError(info.name, [f"staging failed: {exc}"]) from exc
+    result = validate_plugin(staged)
+    if result.problems:
+        raise BuildError(info.name, result.problems)
+    expected = f"{result.plugin_manifest.metadata.author}-{result.plugin_manifest.metadata.name}-" \
+               f"{result.plugin_manifest.metadata.version}.lbpkg"
+    target = out_dir / expected
+    if target.exists():
+        target.unlink()
+    try:
+        path = sdk_build(staged, out_dir)
+    except Exception as exc:  # noqa: BLE001 - the SDK may raise anything
+        raise BuildError(info.name, [f"lbp build failed: {type(exc).__name__}: {exc}"]) from exc
+    problems = package_problems(path)
+    if problems:
+        path.unlink(missing_ok=True)
+        raise BuildError(info.name, problems)
+    return path
+
+
+def build_all(
+    infos: list[PluginInfo],
+    out_dir: Path,
+    *,
+    stage_root: Path = STAGE_ROOT,
+    on_built: Callable[[PluginInfo, Path], None] | None = None,
+) -> tuple[list[Path], list[BuildError]]:
+    """Build every plugin; keeps going after a failure and returns (built, failures)."""
+    built: list[Path] = []
+    failures: list[BuildError] = []
+    for info in infos:
+        try:
+            path = build_plugin(info, out_dir, stage_root=stage_root)
+        except BuildError as exc:
+            failures.append(exc)
+            continue
+        built.append(path)
+        if on_built is not None:
+            on_built(info, path)
+    return built, failures

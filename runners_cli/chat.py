@@ -1,0 +1,393 @@
+"""``runners chat``: talk to one plugin's runner from the terminal through the local host.
+
+The runner is loaded and bound the way the plugin runtime does it, each turn gets a context built
+like LangBot's, and ``state.updated`` results are persisted to a SQLite file, so a second
+invocation with the same state file and conversation id continues the upstream conversation.
+
+stdout carries only the assistant's text (streamed); everything else goes to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from .host import Identity, LocalHost, StateStore
+from .plugins import PluginInfo, load_runner_class
+
+DEFAULT_STATE = Path(".runners") / "chat-state.sqlite"
+DEFAULT_CONVERSATION = "cli"
+DEFAULT_USER = "cli"
+EXIT_COMMANDS = {"/exit", "/quit"}
+
+_SECRET_KEY = re.compile(r"(secret|token|password|passwd|api[-_.]?key|credential|auth|cookie|private)", re.I)
+
+
+class ChatError(Exception):
+    """A problem with the command line itself (bad config file, bad --set)."""
+
+
+# --- config ------------------------------------------------------------------------------------
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """A runner config from a YAML or JSON file (a JSON document is valid YAML)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ChatError(f"cannot read config file {p}: {exc.strerror or exc}") from None
+    try:
+        doc = json.loads(text) if p.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ChatError(f"config file {p} is not valid {'JSON' if p.suffix.lower() == '.json' else 'YAML'}: "
+                        f"{str(exc).splitlines()[0]}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ChatError(f"config file {p} must hold a mapping of config keys")
+    return doc
+
+
+def apply_sets(config: dict[str, Any], sets: list[str]) -> dict[str, Any]:
+    """``--set key=value`` overrides; values stay strings (the runner coerces, like with the host)."""
+    out = dict(config)
+    for item in sets:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ChatError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = value
+    return out
+
+
+def secret_values(info: PluginInfo, config: dict[str, Any]) -> list[str]:
+    """The config values declared secret (never shown)."""
+    out = []
+    for item in info.config_items:
+        if item.get("type") in ("secret", "password"):
+            value = config.get(item.get("name"))
+            if isinstance(value, str) and value:
+                out.append(value)
+    return out
+
+
+def looks_secret(key: str, value: Any, secrets: list[str]) -> bool:
+    if _SECRET_KEY.search(key):
+        return True
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return any(s and s in text for s in secrets)
+
+
+# --- terminal output ---------------------------------------------------------------------------
+
+
+def _wants_color(stream: TextIO) -> bool:
+    if os.environ.get("NO_COLOR"):
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def message_parts(message: dict[str, Any] | None) -> tuple[str, list[str]]:
+    """(text, attachment lines) of a completed assistant message."""
+    if not message:
+        return "", []
+    content = message.get("content")
+    if content is None:
+        return "", []
+    if isinstance(content, str):
+        return content, []
+    texts, extras = [], []
+    for el in content if isinstance(content, list) else []:
+        if not isinstance(el, dict):
+            continue
+        kind = el.get("type")
+        if kind == "text":
+            texts.append(el.get("text") or "")
+        elif kind == "image_url":
+            url = (el.get("image_url") or {}).get("url") if isinstance(el.get("image_url"), dict) else el.get("image_url")
+            extras.append(f"[image] {url}")
+        elif kind == "file_url":
+            name = el.get("file_name")
+            extras.append(f"[file] {el.get('file_url')}" + (f" ({name})" if name else ""))
+        elif kind == "image_base64":
+            extras.append("[image] (inline base64)")
+        elif kind == "file_base64":
+            extras.append(f"[file] {el.get('file_name') or '(inline base64)'}")
+    return "".join(texts), extras
+
+
+class Printer:
+    """Streams cumulative deltas to stdout as suffixes; notes go to stderr."""
+
+    def __init__(self, out: TextIO, err: TextIO, redact: Callable[[str], str] = lambda text: text):
+        self.out = out
+        self.err = err
+        self.redact = redact
+        self.color = _wants_color(err)
+        self.printed = ""  # the current message's text already on stdout
+        self.mid_line = False  # stdout's last character is not a newline
+
+    def _write(self, text: str) -> None:
+        if not text:
+            return
+        self.out.write(text)
+        self.out.flush()
+        self.mid_line = not text.endswith("\n")
+
+    def _show(self, text: str) -> None:
+        """Bring stdout to ``text``: print the new suffix, or start over on a new line."""
+        if text.startswith(self.printed):
+            self._write(text[len(self.printed):])
+        else:
+            if self.mid_line:
+                self._write("\n")
+            self._write(text)
+        self.printed = text
+
+    def delta(self, chunk: dict[str, Any]) -> None:
+        text = chunk.get("all_content")
+        if text is None:  # not cumulative; fall back to appending the piece
+            piece = chunk.get("content")
+            text = self.printed + (piece if isinstance(piece, str) else "")
+        self._show(text)
+
+    def completed(self, data: dict[str, Any]) -> None:
+        text, extras = message_parts(data.get("message"))
+        if text:
+            self._show(text)
+        if self.mid_line:
+            self._write("\n")
+        for line in extras:
+            self._write(line + "\n")
+        for fid in data.get("file_ids") or []:
+            self._write(f"[file id] {fid}\n")
+        self.printed = ""
+
+    def end_line(self) -> None:
+        if self.mid_line:
+            self._write("\n")
+        self.printed = ""
+
+    def note(self, text: str, *, dim: bool = True) -> None:
+        text = self.redact(text)
+        if self.mid_line:  # keep the note off the half-written answer line on a terminal
+            self.err.write("\n")
+        if dim and self.color:
+            text = f"\x1b[2m{text}\x1b[0m"
+        self.err.write(text + "\n")
+        self.err.flush()
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_usage(usage: Any) -> str:
+    if usage is None:
+        return "usage: unknown"
+    data = usage if isinstance(usage, dict) else usage.model_dump(exclude_none=True)
+    data = {k: v for k, v in data.items() if v is not None}
+    if not data:
+        return "usage: unknown"
+    names = [("prompt_tokens", "prompt"), ("completion_tokens", "completion"), ("total_tokens", "total")]
+    parts = [f"{label} {data.pop(key)}" for key, label in names if key in data]
+    parts += [f"{k} {_short(v, 60)}" for k, v in sorted(data.items())]
+    return "usage: " + ", ".join(parts)
+
+
+# --- one session -------------------------------------------------------------------------------
+
+
+@dataclass
+class TurnOutcome:
+    failed: dict[str, Any] | None = None
+    usage: Any = None
+    state: list[tuple[str, str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ChatSession:
+    info: PluginInfo
+    config: dict[str, Any]
+    state_path: Path
+    conversation: str = DEFAULT_CONVERSATION
+    user: str | None = None
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+
+    def __post_init__(self) -> None:
+        self.secrets = secret_values(self.info, self.config)
+        self.printer = Printer(self.out, self.err, self.redact)
+        actor = self.user or DEFAULT_USER
+        self.identity = Identity(conversation_id=self.conversation, actor_id=actor, actor_name=actor)
+        self.host: LocalHost | None = None
+        self.runner: Any = None
+
+    async def start(self) -> None:
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.host = LocalHost(store=StateStore(self.state_path), runner_id=self.info.runner_id)
+        runner_cls = load_runner_class(self.info)
+        self.runner = runner_cls()
+        self.runner.bind_runtime(plugin_runtime_handler=self.host, plugin_identity=f"{self.info.author}/{self.info.name}")
+        await self.runner.initialize()
+
+    async def close(self) -> None:
+        from runner_kit.http import close_shared_client
+
+        try:
+            await close_shared_client()
+        finally:
+            if self.host is not None:
+                self.host.store.close()
+
+    async def turn(self, text: str) -> TurnOutcome:
+        assert self.host is not None and self.runner is not None
+        outcome = TurnOutcome()
+        ctx = self.host.make_context(text, config=dict(self.config), identity=self.identity)
+        p = self.printer
+        try:
+            await self._consume(ctx, outcome)
+        except Exception as exc:  # noqa: BLE001 - a runner bug; report it like a failure
+            outcome.failed = {
+                "code": "runner.exception",
+                "retryable": False,
+                "error": self.redact(f"the runner raised {type(exc).__name__}: {exc}"),
+            }
+        p.end_line()
+        return outcome
+
+    def redact(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    async def _consume(self, ctx: Any, outcome: TurnOutcome) -> None:
+        assert self.host is not None
+        p = self.printer
+        async for result in self.runner.invoke(ctx):
+            self.host.apply_result(ctx.run_id, result)
+            rtype = getattr(result.type, "value", result.type)
+            data = result.data or {}
+            if rtype == "message.delta":
+                p.delta(data.get("chunk") or {})
+            elif rtype == "message.completed":
+                p.completed(data)
+            elif rtype == "tool.call.started":
+                params = data.get("parameters") or {}
+                p.note(f"[tool] {data.get('tool_name')} …" + (f" {_short(params)}" if params else ""))
+            elif rtype == "tool.call.completed":
+                status = f"error: {_short(data.get('error'))}" if data.get("error") else "done"
+                p.note(f"[tool] {data.get('tool_name')} {status}")
+            elif rtype == "state.updated":
+                outcome.state.append((str(data.get("scope")), str(data.get("key")), data.get("value")))
+            elif rtype == "processor.log":
+                p.note(f"[log {data.get('level', 'info')}] {_short(data.get('text'), 500)}")
+            elif rtype == "run.completed":
+                outcome.usage = result.usage
+            elif rtype == "run.failed":
+                outcome.usage = result.usage
+                outcome.failed = data
+
+    def report(self, outcome: TurnOutcome) -> None:
+        p = self.printer
+        if outcome.failed is not None:
+            f = outcome.failed
+            retry = "retryable" if f.get("retryable") else "not retryable"
+            p.note(f"error [{f.get('code')}] ({retry}): {f.get('error')}", dim=False)
+        p.note(format_usage(outcome.usage))
+        if not outcome.state:
+            p.note("state: no changes")
+        for scope, key, value in outcome.state:
+            if looks_secret(key, value, self.secrets):
+                p.note(f"state: {scope}.{key} updated (value hidden)")
+            else:
+                p.note(f"state: {scope}.{key} = {_short(value)}")
+
+
+async def run_session(session: ChatSession, message: str | None, stdin: TextIO) -> int:
+    """One event loop for the whole session: a single turn (-m) or a REPL until EOF or /exit."""
+    failed = False
+    try:
+        try:
+            await session.start()
+        except Exception as exc:  # noqa: BLE001 - import or init failure of the plugin
+            session.printer.note(
+                f"runners chat: cannot load {session.info.dirname}: {type(exc).__name__}: {session.redact(str(exc))}",
+                dim=False,
+            )
+            return 1
+        if message is not None:
+            outcome = await session.turn(message)
+            session.report(outcome)
+            return 1 if outcome.failed is not None else 0
+        interactive = bool(getattr(stdin, "isatty", lambda: False)())
+        if interactive:
+            session.printer.note(
+                f"chatting with {session.info.runner_id} (conversation {session.conversation!r}); "
+                "/exit to quit, /reset to forget the conversation"
+            )
+        while True:
+            if interactive:
+                session.err.write("> ")
+                session.err.flush()
+            line = stdin.readline()  # between turns the loop has nothing else to do
+            if not line:
+                break
+            text = line.rstrip("\r\n")
+            if text.strip() in EXIT_COMMANDS:
+                break
+            if text.strip() == "/reset":
+                assert session.host is not None
+                session.host.reset_conversation(session.identity)
+                session.printer.note("conversation state cleared")
+                continue
+            if not text.strip():
+                continue
+            outcome = await session.turn(text)
+            session.report(outcome)
+            failed = failed or outcome.failed is not None
+        return 1 if failed else 0
+    finally:
+        await session.close()
+
+
+def chat(
+    info: PluginInfo,
+    *,
+    config: dict[str, Any],
+    message: str | None,
+    state_path: Path,
+    conversation: str = DEFAULT_CONVERSATION,
+    user: str | None = None,
+    stdin: TextIO | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    verbose: bool = False,
+) -> int:
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.ERROR,
+        stream=err or sys.stderr,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    session = ChatSession(
+        info,
+        config,
+        Path(state_path),
+        conversation=conversation,
+        user=user,
+        out=out or sys.stdout,
+        err=err or sys.stderr,
+    )
+    return asyncio.run(run_session(session, message, stdin or sys.stdin))

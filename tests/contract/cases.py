@@ -1,0 +1,101 @@
+"""One entry per plugin: how to start its fake platform, configure the runner against it, and which
+taxonomy code each fault must produce. A new plugin joins the contract suite and the fault matrix
+by adding one PluginCase to CASES."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+# fault name -> (code, retryable) shared by every HTTP platform; a case overrides where its
+# platform says otherwise.
+HTTP_FAULTS: dict[str, tuple[str, bool]] = {
+    "refused": ("upstream.unavailable", True),
+    "connect_timeout": ("upstream.timeout", True),
+    "stall": ("upstream.timeout", True),
+    "http_400": ("upstream.bad_request", False),
+    "http_401": ("upstream.auth", False),
+    "http_403": ("upstream.forbidden", False),
+    "http_404": ("upstream.not_found", False),
+    "http_413": ("upstream.too_large", False),
+    "http_429": ("upstream.rate_limited", True),
+    "http_500": ("upstream.unavailable", True),
+    "http_502": ("upstream.unavailable", True),
+    "http_503": ("upstream.unavailable", True),
+    "html_400": ("upstream.bad_request", False),
+    "html_401": ("upstream.auth", False),
+    "html_403": ("upstream.forbidden", False),
+    "html_404": ("upstream.not_found", False),
+    "html_413": ("upstream.too_large", False),
+    "html_429": ("upstream.rate_limited", True),
+    "html_500": ("upstream.unavailable", True),
+    "html_502": ("upstream.unavailable", True),
+    "html_503": ("upstream.unavailable", True),
+    "invalid_json": ("upstream.protocol", False),
+    "truncated": ("upstream.unavailable", True),
+    "error_event": ("upstream.unavailable", True),
+    "empty": ("upstream.empty_response", False),
+    "non_utf8": ("upstream.protocol", False),
+    "oversized": ("upstream.protocol", False),
+}
+
+
+@dataclass
+class PluginCase:
+    """How the contract suite drives one plugin."""
+
+    plugin: str  # directory name
+    start_server: Callable[[], Any]  # returns a started fake (context manager with .stop())
+    config: Callable[[Any], dict[str, Any]]  # runner config pointing at the fake
+    secrets: Callable[[Any], list[str]]
+    answer: Callable[[Any, list[str], float], None]  # make the fake stream these tokens with this delay
+    no_usage: Callable[[Any], None]  # make the fake report no token usage
+    set_fault: Callable[[Any, str], None]
+    faults: dict[str, tuple[str, bool]] = field(default_factory=lambda: dict(HTTP_FAULTS))
+    image_received: Callable[[Any], bool] | None = None  # multimodal_input check
+    cancel_seen: Callable[[Any], bool] | None = None  # interrupt check
+    # requests the fake is still serving (idle keep-alive connections in the shared pool are reuse, not leaks)
+    open_connections: Callable[[Any], int] = lambda srv: srv.active_requests
+    base_url_key: str = "base-url"
+
+
+def _dify_cases() -> list[PluginCase]:
+    from tests.fakes.dify import FakeDify
+
+    def start() -> Any:
+        srv = FakeDify(api_key="app-contract-secret-key")
+        srv.start()
+        return srv
+
+    def answer(srv: Any, tokens: list[str], delay: float) -> None:
+        srv.mode = "chat"
+        srv.answer_tokens = tokens
+        srv.token_delay = delay
+
+    def no_usage(srv: Any) -> None:
+        srv.include_usage = False
+
+    def set_fault(srv: Any, name: str) -> None:
+        srv.fault = name
+
+    return [
+        PluginCase(
+            plugin="dify-agent",
+            start_server=start,
+            config=lambda srv: {"base-url": srv.base_url, "api-key": "app-contract-secret-key", "app-type": "chat"},
+            secrets=lambda srv: ["app-contract-secret-key"],
+            answer=answer,
+            no_usage=no_usage,
+            set_fault=set_fault,
+            image_received=lambda srv: any(
+                f.get("transfer_method") == "local_file" and f.get("type") == "image"
+                for r in srv.find_requests("POST", "/v1/chat-messages")
+                for f in (r.json().get("files") or [])
+            ),
+            cancel_seen=lambda srv: bool(srv.stopped_tasks),
+        )
+    ]
+
+
+CASES: list[PluginCase] = [*_dify_cases()]

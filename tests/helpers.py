@@ -1,0 +1,72 @@
+"""Shared test helpers: load a plugin's runner, bind it to the local host, run it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from runners_cli.host import Identity, LocalHost
+from runners_cli.plugins import PluginInfo, find, load_runner_class
+
+TERMINAL = {"run.completed", "run.failed"}
+
+
+def rtype(result: Any) -> str:
+    return getattr(result.type, "value", result.type)
+
+
+def make_runner(info: PluginInfo | str, host: LocalHost) -> Any:
+    if isinstance(info, str):
+        info = find(info)
+    runner = load_runner_class(info)()
+    runner.bind_runtime(plugin_runtime_handler=host, plugin_identity=f"{info.author}/{info.name}")
+    return runner
+
+
+async def run(runner: Any, host: LocalHost, text: str = "hello", **ctx_kwargs: Any) -> list[Any]:
+    """One turn: build the context, invoke, apply results to host state, return the results."""
+    ctx = host.make_context(text, **ctx_kwargs)
+    out = []
+    async for result in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, result)
+        out.append(result)
+    return out
+
+
+def terminal(results: list[Any]) -> Any:
+    ends = [r for r in results if rtype(r) in TERMINAL]
+    assert len(ends) == 1, [rtype(r) for r in results]
+    assert results[-1] is ends[0], "nothing may follow the terminal result"
+    return ends[0]
+
+
+def failure(results: list[Any]) -> tuple[str, bool, str]:
+    end = terminal(results)
+    assert rtype(end) == "run.failed", f"expected run.failed, got {rtype(end)} {end.data}"
+    return end.data["code"], end.data["retryable"], end.data["error"]
+
+
+def final_text(results: list[Any]) -> str:
+    msgs = [r for r in results if rtype(r) == "message.completed"]
+    msgs += [r for r in results if rtype(r) == "run.completed" and r.data.get("message")]
+    assert len(msgs) == 1, f"expected exactly one complete message, got {len(msgs)}"
+    msg = msgs[0].data["message"]
+    content = msg["content"]
+    if isinstance(content, list):
+        return "".join(c.get("text") or "" for c in content if c.get("type") == "text")
+    return content or ""
+
+
+def deltas(results: list[Any]) -> list[str]:
+    return [r.data["chunk"]["all_content"] for r in results if rtype(r) == "message.delta"]
+
+
+def dump(results: list[Any]) -> str:
+    return json.dumps([r.model_dump(mode="json") for r in results], ensure_ascii=False)
+
+
+def state_updates(results: list[Any]) -> dict[str, Any]:
+    return {r.data["key"]: r.data["value"] for r in results if rtype(r) == "state.updated"}
+
+
+__all__ = ["Identity", "LocalHost", "make_runner", "run", "terminal", "failure", "final_text", "deltas", "dump"]

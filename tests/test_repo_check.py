@@ -1,0 +1,278 @@
+"""Repository check (in the spirit of Home Assistant's hassfest): every plugin is packageable,
+documented, migration-compatible and self-contained; shared concerns stay in the shared kit."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from packaging.utils import canonicalize_name
+
+from runners_cli.build import config_item_problems, parse_requirements, requirement_problems, validate_plugin
+from runners_cli.plugins import ROOT, PluginInfo, discover
+
+PLUGINS = discover()
+IDS = [p.dirname for p in PLUGINS]
+
+# --- what LangBot 4.11.2's legacy-pipeline migration emits (host-contract.md §5.2) -------------
+
+PLAIN_STR = frozenset({"string", "text", "secret", "password"})
+BOOL = frozenset({"boolean", "bool"})
+NUMBER = frozenset({"float", "number"})
+INT = frozenset({"integer", "int", "float", "number"})
+DICT = frozenset({"json", "object"})
+LIST_PREFIXES = ("array", "multi-select", "knowledge-base-", "prompt-editor")
+
+
+@dataclass(frozen=True)
+class Key:
+    """One migrated key: the declared types that accept its value, and select options it needs."""
+
+    kind: str  # str | free | select | bool | number | int | list | dict
+    options: frozenset[str] = frozenset()
+
+    def problem(self, item: dict) -> str | None:
+        t = str(item.get("type"))
+        custom = bool(item.get("allow_custom"))
+        if self.kind == "str":
+            return None if t in PLAIN_STR else f"type {t!r} does not take the migrated string"
+        if self.kind == "free":  # any legacy string must pass
+            ok = t in PLAIN_STR or (t == "select" and custom)
+            return None if ok else f"type {t!r} rejects free-form legacy strings (use string or select+allow_custom)"
+        if self.kind == "select":
+            if t != "select":
+                return f"type {t!r}, expected select"
+            if custom:
+                return None
+            declared = {str(o.get("name", o.get("value"))) if isinstance(o, dict) else str(o)
+                        for o in item.get("options") or []}
+            missing = self.options - declared
+            return f"select options lack {sorted(missing)}" if missing else None
+        if self.kind == "bool":
+            return None if t in BOOL else f"type {t!r}, expected boolean"
+        if self.kind == "number":
+            return None if t in NUMBER else f"type {t!r}, expected float or number (int and float must both pass)"
+        if self.kind == "int":
+            return None if t in INT else f"type {t!r}, expected integer/float/number"
+        if self.kind == "list":
+            return None if t.startswith(LIST_PREFIXES) else f"type {t!r}, expected a list type"
+        if self.kind == "dict":
+            return None if t in DICT else f"type {t!r}, expected json/object"
+        raise AssertionError(self.kind)
+
+
+S, FREE, B, N, INTEGER, L, D = Key("str"), Key("free"), Key("bool"), Key("number"), Key("int"), Key("list"), Key("dict")
+
+
+def sel(*options: str) -> Key:
+    return Key("select", frozenset(options))
+
+
+# One row per plugin (an empty row: LangBot's migration has no target for it). Later plugins add rows.
+MIGRATION_KEYS: dict[str, dict[str, Key]] = {
+    "DifyAgent": {
+        "base-url": S, "api-key": S, "app-type": sel("chat", "agent", "workflow", "chatflow"), "base-prompt": S,
+        "timeout": N, "advanced-settings": B, "langbot-assets-enabled": B, "remove-think": B,
+        "user-id-source": sel("legacy-session"),
+    },
+    "CozeAgent": {
+        "api-key": S, "bot-id": S, "api-base": S, "timeout": N, "auto-save-history": B, "advanced-settings": B,
+        "langbot-assets-enabled": B, "remove-think": B, "user-id-source": sel("legacy-session"),
+    },
+    "DashScopeAgent": {
+        "app-type": sel("agent", "workflow"), "api-key": S, "app-id": S, "references_quote": S, "timeout": N,
+        "advanced-settings": B, "langbot-assets-enabled": B, "remove-think": B,
+    },
+    "N8nAgent": {
+        "webhook-url": S, "auth-type": sel("none", "basic", "jwt", "header"), "basic-username": S,
+        "basic-password": S, "jwt-secret": S, "jwt-algorithm": FREE, "header-name": S, "header-value": S,
+        "timeout": N, "output-key": S, "response-handling": sel("reply", "ignore"), "basic-encoding": FREE,
+        "advanced-settings": B, "langbot-assets-enabled": B, "user-id-source": sel("legacy-session"),
+    },
+    "LangflowAgent": {
+        "base-url": S, "api-key": S, "flow-id": S, "input-type": FREE, "output-type": FREE, "tweaks": D,
+        "advanced-settings": B, "langbot-assets-enabled": B,
+    },
+    "DeerFlowAgent": {
+        "api-base": S, "api-key": S, "auth-header": S, "assistant-id": FREE, "model-name": FREE,
+        "thinking-enabled": B, "plan-mode": B, "subagent-enabled": B, "max-concurrent-subagents": INTEGER,
+        "timeout": N, "recursion-limit": INTEGER,
+    },
+    "TboxAgent": {
+        "api-key": S, "app-id": S, "timeout": N, "remove-think": B, "user-id-source": sel("legacy-bot"),
+    },
+    "WeKnoraAgent": {
+        "base-url": S, "api-key": S, "app-type": sel("chat", "agent"), "agent-id": FREE,
+        "knowledge-base-ids": L, "web-search-enabled": B, "timeout": N, "base-prompt": S, "advanced-settings": B,
+    },
+    "ACPAgent": {},
+    "ClaudeCodeAgent": {},
+    "CodexAgent": {},
+    "LicosAgent": {},
+}
+
+# host fields the migration adds to every external target; they need no schema entry
+HOST_FIELDS = {"enable-all-tools", "tools", "knowledge-bases", "mcp-resources", "mcp-resource-agent-read-enabled"}
+
+# import name -> distribution name where they differ
+IMPORT_TO_DIST = {"yaml": "pyyaml", "langbot_plugin": "langbot-plugin"}
+
+# code that may own HTTP clients and child processes; everything else goes through the kit
+SHARED_DIRS = {"runner_kit", "tests", "runners_cli", "bench"}
+SKIP_DIRS = {".venv", ".stage", "dist", ".git", "__pycache__", "node_modules"}
+
+
+def _items(info: PluginInfo) -> dict[str, dict]:
+    return {i["name"]: i for i in info.config_items if isinstance(i, dict) and "name" in i}
+
+
+def _py_files(directory: Path) -> list[Path]:
+    return [p for p in directory.rglob("*.py") if not (set(p.relative_to(directory).parts) & SKIP_DIRS)]
+
+
+def _top_level_imports(files: list[Path]) -> dict[str, str]:
+    """Absolute imports' top-level names -> one file that imports it."""
+    found: dict[str, str] = {}
+    for f in files:
+        tree = ast.parse(f.read_text(encoding="utf-8"), filename=str(f))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                found.setdefault(name.split(".")[0], str(f.relative_to(ROOT)))
+    return found
+
+
+# --- per plugin ---------------------------------------------------------------------------------
+
+
+def test_there_are_plugins() -> None:
+    assert PLUGINS, "no plugin directories found"
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_manifest_valid(info: PluginInfo) -> None:
+    problems = validate_plugin(info.directory).problems
+    assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
+    assert info.author == "langbot-team"
+    assert info.runner_id == f"plugin:langbot-team/{info.name}/default"
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_config_items_are_bilingual(info: PluginInfo) -> None:
+    problems = config_item_problems(info.config_items, descriptions=True)
+    assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_icon_exists(info: PluginInfo) -> None:
+    assert (info.directory / "assets" / "icon.svg").is_file()
+    assert (info.directory / "assets" / "icon.svg").read_text(encoding="utf-8").lstrip().startswith(("<svg", "<?xml"))
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_requirements_are_plain_and_complete(info: PluginInfo) -> None:
+    req_file = info.directory / "requirements.txt"
+    assert requirement_problems(req_file) == []
+    declared = {canonicalize_name(r.name) for r in parse_requirements(req_file)}
+    local = {p.stem for p in info.directory.iterdir() if p.suffix == ".py"} | {
+        p.name for p in info.directory.iterdir() if p.is_dir() and (p / "__init__.py").is_file()
+    }
+    ignored = set(sys.stdlib_module_names) | {"runner_kit"} | local
+    # runner_kit is vendored into every package, so its imports are the plugin's imports too
+    imports = _top_level_imports(_py_files(info.directory) + _py_files(ROOT / "runner_kit"))
+    missing = {
+        name: where for name, where in imports.items()
+        if name not in ignored and canonicalize_name(IMPORT_TO_DIST.get(name, name)) not in declared
+    }
+    assert not missing, f"{info.dirname}/requirements.txt lacks: " + ", ".join(
+        f"{IMPORT_TO_DIST.get(n, n)} (imported in {w})" for n, w in sorted(missing.items())
+    )
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_migration_keys_declared(info: PluginInfo) -> None:
+    assert info.name in MIGRATION_KEYS, (
+        f"add a MIGRATION_KEYS row for {info.name} (an empty one if LangBot's migration has no target for it)"
+    )
+    expected = MIGRATION_KEYS[info.name]
+    items = _items(info)
+    problems = []
+    for key, spec in expected.items():
+        if key not in items:
+            problems.append(f"{key}: not declared")
+        elif (p := spec.problem(items[key])) is not None:
+            problems.append(f"{key}: {p}")
+    if expected:  # a migrated config must satisfy every required field without a default
+        for name, item in items.items():
+            if item.get("required") and item.get("default") is None and name not in set(expected) | HOST_FIELDS:
+                problems.append(f"{name}: required without a default, but the migration never sets it")
+    assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_readme_mentions_every_config_key(info: PluginInfo) -> None:
+    readme = info.directory / "README.md"
+    assert readme.is_file(), f"{info.dirname}/README.md is missing"
+    text = readme.read_text(encoding="utf-8")
+    missing = [name for name in _items(info) if name not in text]
+    assert missing == [], f"{info.dirname}/README.md does not mention: {', '.join(missing)}"
+
+
+# --- across the repository ---------------------------------------------------------------------
+
+
+def _violations(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path.name
+    found = []
+    for node in ast.walk(tree):
+        where = f"{shown}:{getattr(node, 'lineno', '?')}"
+        if isinstance(node, ast.Import):
+            if any(a.name.split(".")[0] == "subprocess" or a.name == "asyncio.subprocess" for a in node.names):
+                found.append(f"{where}: imports subprocess")
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            if node.module.split(".")[0] == "subprocess" or node.module == "asyncio.subprocess":
+                found.append(f"{where}: imports from {node.module}")
+            if node.module.split(".")[0] == "httpx" and any(a.name == "AsyncClient" for a in node.names):
+                found.append(f"{where}: imports httpx.AsyncClient")
+            if node.module == "asyncio" and any(a.name.startswith("create_subprocess") for a in node.names):
+                found.append(f"{where}: imports asyncio.create_subprocess_*")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in ("create_subprocess_exec", "create_subprocess_shell"):
+                found.append(f"{where}: uses {node.attr}")
+            elif node.attr == "subprocess" and isinstance(node.value, ast.Name) and node.value.id == "asyncio":
+                found.append(f"{where}: uses asyncio.subprocess")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute) and f.attr == "AsyncClient" and isinstance(f.value, ast.Name) \
+                    and f.value.id == "httpx":
+                found.append(f"{where}: creates httpx.AsyncClient (use runner_kit.http.shared_client)")
+    return found
+
+
+def test_http_clients_and_processes_only_in_the_kit() -> None:
+    files = [
+        p for p in ROOT.rglob("*.py")
+        if not (set(p.relative_to(ROOT).parts) & SKIP_DIRS)
+        and p.relative_to(ROOT).parts[0] not in SHARED_DIRS
+        and not p.relative_to(ROOT).parts[0].startswith(".")
+    ]
+    assert any(p.is_relative_to(ROOT / "dify-agent") for p in files)
+    violations = [v for f in files for v in _violations(f)]
+    assert violations == [], "\n".join(violations)
+
+
+def test_violation_finder_catches_the_patterns(tmp_path: Path) -> None:
+    probe = tmp_path / "probe.py"
+    probe.write_text(
+        "import subprocess\nimport asyncio\nimport httpx\n"
+        "async def f():\n    await asyncio.create_subprocess_exec('x')\n    httpx.AsyncClient()\n"
+    )
+    assert len(_violations(probe)) == 3, _violations(probe)
