@@ -9,7 +9,7 @@ import pytest
 from tests.fakes.http_server import BlackholeServer, closed_port
 from tests.helpers import failure, make_runner, run
 
-from .cases import CASES, HTTP_FAULTS
+from .cases import HTTP_FAULTS
 from .conftest import MATRIX
 
 FAULT_TIMEOUT = 3.0  # seconds of host deadline for faults that hang
