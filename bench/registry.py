@@ -1,0 +1,123 @@
+"""What the benchmarks run against: one entry per landed plugin.
+
+An HTTP plugin joins every per-plugin row by adding one :class:`HttpPlugin` to ``HTTP_PLUGINS``:
+
+* ``start_server``  — start its loopback fake platform (127.0.0.1, free port) and return it; runs
+  inside the ``python -m bench.serve`` subprocess, so the benchmark process holds only the client;
+* ``stream``        — make that fake stream a given list of tokens with a given inter-token delay;
+* ``run_key``       — which run a request belongs to (the fake records write times per run);
+* ``is_token_write``— whether bytes the fake wrote carry one answer token (to time them);
+* ``config``        — the runner config pointing at the fake;
+* ``floor_request`` / ``wire`` / ``floor_token`` — the bare floor: the same request, read with the
+  same HTTP client and parsed only as far as the wire format demands (``wire``: ``sse`` or
+  ``ndjson``), taking each token's text out of the parsed object.
+
+A coding-agent runner joins section 6 by adding a :class:`CodingAgent` to ``CODING_AGENTS``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class HttpPlugin:
+    plugin: str  # directory name (runners_cli.plugins.find)
+    start_server: Callable[[], Any]
+    stream: Callable[[Any, list[str], float], None]
+    run_key: Callable[[Any], str]  # tests.fakes.http_server.Request -> the run's input text
+    is_token_write: Callable[[bytes], bool]
+    config: Callable[[str], dict[str, Any]]  # base url -> runner config
+    floor_request: Callable[[str, str], dict[str, Any]]  # (base url, input text) -> httpx request kwargs
+    wire: str  # "sse" | "ndjson"
+    floor_token: Callable[[Any], str | None]  # parsed wire object -> token text (None: not a token)
+
+
+@dataclass(frozen=True)
+class CodingAgent:
+    """A coding-agent runner driven by a fake agent (section 6).
+
+    ``start_agent`` starts the fake agent and returns it; ``config`` points the runner at it;
+    ``long_turn`` makes the fake agent keep the current turn open (so a steering follow-up can
+    arrive); ``received`` returns the monotonic ns at which the fake agent received the follow-up
+    with that text, or None; ``finish_turn`` lets the open turn end.
+    """
+
+    plugin: str
+    start_agent: Callable[[], Any]
+    config: Callable[[Any], dict[str, Any]]
+    long_turn: Callable[[Any], None]
+    received: Callable[[Any, str], int | None]
+    finish_turn: Callable[[Any], None]
+    stop_agent: Callable[[Any], None]
+
+
+# --- Dify -------------------------------------------------------------------------------------
+
+_DIFY_KEY = "app-bench-key"
+
+
+def _dify_start() -> Any:
+    from tests.fakes.dify import FakeDify
+
+    srv = FakeDify(api_key=_DIFY_KEY, mode="chat")
+    srv.record_requests = False
+    srv.ping_every = 0  # real Dify pings every 10 s, not every few events
+    return srv.start()
+
+
+def _dify_stream(srv: Any, tokens: list[str], delay: float) -> None:
+    srv.mode = "chat"
+    srv.answer_tokens = tokens
+    srv.token_delay = delay
+
+
+def _dify_key(req: Any) -> str:
+    return req.json().get("query", "")
+
+
+def _dify_is_token(data: bytes) -> bool:
+    return data.startswith(b'data: {"event": "message",')
+
+
+def _dify_config(base_url: str) -> dict[str, Any]:
+    return {"base-url": base_url, "api-key": _DIFY_KEY, "app-type": "chat"}
+
+
+def _dify_floor_request(base_url: str, text: str) -> dict[str, Any]:
+    return {
+        "method": "POST",
+        "url": base_url + "/chat-messages",
+        "headers": {"Authorization": f"Bearer {_DIFY_KEY}"},
+        "json": {"inputs": {}, "query": text, "response_mode": "streaming", "user": "bench", "conversation_id": ""},
+    }
+
+
+def _dify_floor_token(obj: Any) -> str | None:
+    return obj.get("answer") if obj.get("event") == "message" else None
+
+
+HTTP_PLUGINS: list[HttpPlugin] = [
+    HttpPlugin(
+        plugin="dify-agent",
+        start_server=_dify_start,
+        stream=_dify_stream,
+        run_key=_dify_key,
+        is_token_write=_dify_is_token,
+        config=_dify_config,
+        floor_request=_dify_floor_request,
+        wire="sse",
+        floor_token=_dify_floor_token,
+    ),
+]
+
+CODING_AGENTS: list[CodingAgent] = []
+
+
+def http_plugin(name: str) -> HttpPlugin:
+    for p in HTTP_PLUGINS:
+        if p.plugin == name:
+            return p
+    raise KeyError(f"no benchmark entry for plugin {name!r}")

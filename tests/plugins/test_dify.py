@@ -1,0 +1,276 @@
+"""DifyAgent against the loopback fake Dify: every app type, conversations, files, identities."""
+
+from __future__ import annotations
+
+import base64
+import time
+
+import pytest
+
+from runner_kit.http import close_shared_client
+from runners_cli.host import Identity, LocalHost
+from tests.fakes.dify import FakeDify
+from tests.helpers import deltas, dump, failure, final_text, make_runner, rtype, run, state_updates, terminal
+
+KEY = "app-dify-test-key-123"
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
+
+
+@pytest.fixture
+def srv():
+    with FakeDify(api_key=KEY) as s:
+        yield s
+
+
+@pytest.fixture
+def host():
+    return LocalHost(runner_id="plugin:langbot-team/DifyAgent/default")
+
+
+@pytest.fixture
+def runner(host):
+    return make_runner("dify-agent", host)
+
+
+@pytest.fixture(autouse=True)
+async def _close():
+    yield
+    await close_shared_client()
+
+
+def cfg(srv, **extra):
+    return {"base-url": srv.base_url, "api-key": KEY, "app-type": "chat", **extra}
+
+
+def chat_bodies(srv):
+    return [r.json() for r in srv.find_requests("POST", "/v1/chat-messages")]
+
+
+async def test_chat_streams_and_keeps_the_conversation(srv, host, runner):
+    srv.answer_tokens = ["Hi", " there", "!"]
+    first = await run(runner, host, "hello", config=cfg(srv))
+    assert final_text(first) == "Hi there!"
+    cid = state_updates(first)["dify.conversation_id"]
+    assert cid and "external.conversation_id" not in state_updates(first)
+    second = await run(runner, host, "and again", config=cfg(srv))
+    assert rtype(terminal(second)) == "run.completed"
+    bodies = chat_bodies(srv)
+    assert bodies[0]["conversation_id"] == "" and bodies[1]["conversation_id"] == cid
+    assert [t.query for t in srv.turns(cid)] == ["hello", "and again"]
+    assert "dify.conversation_id" not in state_updates(second), "unchanged ids are not re-sent"
+    assert bodies[0]["user"] == "user_u-1" and bodies[0]["response_mode"] == "streaming"
+
+
+async def test_deleted_upstream_conversation_recovers_once(srv, host, runner):
+    await run(runner, host, "one", config=cfg(srv))
+    srv.forget_conversations()
+    results = await run(runner, host, "two", config=cfg(srv))
+    assert final_text(results) == "Hello, world!"
+    bodies = chat_bodies(srv)
+    assert bodies[1]["conversation_id"] and bodies[2]["conversation_id"] == ""
+    new_id = state_updates(results)["dify.conversation_id"]
+    assert new_id in srv.conversations
+
+
+async def test_reset_conversation_starts_fresh(srv, host, runner):
+    await run(runner, host, "one", config=cfg(srv))
+    host.reset_conversation()
+    await run(runner, host, "two", config=cfg(srv))
+    assert chat_bodies(srv)[1]["conversation_id"] == ""
+
+
+async def test_usage_maps_only_token_fields(srv, host, runner):
+    end = terminal(await run(runner, host, config=cfg(srv)))
+    usage = end.usage.model_dump()
+    assert set(usage) == {"prompt_tokens", "completion_tokens", "total_tokens"}
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+async def test_agent_thoughts_tools_and_files(srv, host, runner):
+    srv.mode = "agent"
+    results = await run(runner, host, "search x", config=cfg(srv, **{"app-type": "agent"}))
+    types = [rtype(r) for r in results]
+    started = [r for r in results if rtype(r) == "tool.call.started"]
+    completed = [r for r in results if rtype(r) == "tool.call.completed"]
+    assert len(started) == 1 and len(completed) == 1, types
+    assert started[0].data["tool_name"] == "search"
+    assert started[0].data["parameters"] == {"search": {"q": "x"}}
+    msg = [r for r in results if rtype(r) == "message.completed"][0].data["message"]["content"]
+    assert isinstance(msg, list)
+    text = msg[0]["text"]
+    assert text.startswith("<think>") and text.endswith("Hello, world!")
+    images = [c for c in msg if c["type"] == "image_url"]
+    assert len(images) == 1 and images[0]["image_url"]["url"].startswith("http://127.0.0.1:")
+    assert types.index("tool.call.started") < types.index("tool.call.completed")
+
+
+async def test_new_agent_closing_message_is_not_doubled(srv, host, runner):
+    srv.mode = "new-agent"
+    results = await run(runner, host, config=cfg(srv, **{"app-type": "agent", "remove-think": True}))
+    assert final_text(results) == "Hello, world!"
+    assert all("Hello, world!Hello" not in d for d in deltas(results))
+
+
+async def test_chatflow_reasoning_and_usage_counted_once(srv, host, runner):
+    srv.mode = "chatflow"
+    srv.reasoning = "step by step"
+    results = await run(runner, host, config=cfg(srv, **{"app-type": "chatflow"}))
+    text = final_text(results)
+    assert text == "<think>\nstep by step\n</think>\nHello, world!"
+    end = terminal(results)
+    assert end.usage.total_tokens == end.usage.prompt_tokens + end.usage.completion_tokens
+    hidden = await run(runner, host, config=cfg(srv, **{"app-type": "chatflow", "remove-think": "true"}))
+    assert final_text(hidden) == "Hello, world!"
+    assert all("think" not in d for d in deltas(hidden))
+
+
+async def test_workflow_streams_text_and_sends_legacy_inputs(srv, host, runner):
+    srv.mode = "workflow"
+    ident = Identity(launcher_type="person", launcher_id="42")
+    results = await run(runner, host, "run it", config=cfg(srv, **{"app-type": "workflow"}), identity=ident,
+                        params={"custom_var": "v1"})
+    assert final_text(results) == "Hello, world!"
+    assert len(deltas(results)) >= 1
+    body = srv.find_requests("POST", "/v1/workflows/run")[0].json()
+    assert "query" not in body and "conversation_id" not in body
+    inputs = body["inputs"]
+    assert inputs["langbot_user_message_text"] == "run it"
+    assert inputs["langbot_session_id"] == "person_42"
+    assert inputs["langbot_conversation_id"] == "conv-1"
+    assert inputs["custom_var"] == "v1"
+    assert "dify.conversation_id" not in state_updates(results)
+
+
+async def test_workflow_answer_from_outputs_key(srv, host, runner):
+    srv.mode = "workflow"
+    srv.workflow_stream_text = False
+    srv.workflow_output_key = "result"
+    results = await run(runner, host, config=cfg(srv, **{"app-type": "workflow"}))
+    assert final_text(results) == "Hello, world!"
+    srv.workflow_output_key = "summary"
+    named = cfg(srv, **{"app-type": "workflow", "advanced-settings": True, "workflow-output-key": "summary"})
+    assert final_text(await run(runner, host, config=named)) == "Hello, world!"
+    wrong = {**named, "workflow-output-key": "nope"}
+    code, _, message = failure(await run(runner, host, config=wrong))
+    assert code == "config.invalid" and "nope" in message and "summary" in message
+
+
+async def test_workflow_failure_is_reported(srv, host, runner):
+    srv.mode = "workflow"
+    srv.workflow_fail = "LLM node exploded"
+    code, retryable, message = failure(await run(runner, host, config=cfg(srv, **{"app-type": "workflow"})))
+    assert code == "upstream.error" and not retryable and "LLM node exploded" in message
+
+
+async def test_wrong_app_type_tells_the_owner(srv, host, runner):
+    srv.mode = "workflow"
+    code, _, message = failure(await run(runner, host, config=cfg(srv)))
+    assert code == "config.invalid" and "workflow" in message
+
+
+async def test_message_replace_wins(srv, host, runner):
+    srv.replace_with = "[removed by moderation]"
+    results = await run(runner, host, config=cfg(srv))
+    assert final_text(results) == "[removed by moderation]"
+    assert deltas(results)[-1] == "[removed by moderation]"
+
+
+async def test_midstream_quota_error(srv, host, runner):
+    srv.fail_midstream = {"status": 400, "code": "provider_quota_exceeded", "message": "quota gone"}
+    code, retryable, message = failure(await run(runner, host, config=cfg(srv)))
+    assert code == "upstream.quota" and not retryable and "quota gone" in message
+
+
+async def test_stream_quirks_still_complete(srv, host, runner):
+    srv.trailing_blank_line = False
+    srv.split_writes = True
+    srv.answer_tokens = ["你好", "，世界", "🌍"]
+    results = await run(runner, host, config=cfg(srv))
+    assert final_text(results) == "你好，世界🌍"
+
+
+async def test_images_uploaded_with_same_user_and_urls_passed(srv, host, runner, tmp_path):
+    doc = tmp_path / "notes.txt"
+    doc.write_text("file body")
+    contents = [{"type": "image_base64", "image_base64": f"data:image/png;base64,{PNG}"},
+                {"type": "image_url", "image_url": {"url": "http://127.0.0.1:9/pic.jpg"}}]
+    attachments = [{"type": "file", "source": "message_chain", "path": str(doc), "name": "notes.txt"}]
+    results = await run(runner, host, "", config=cfg(srv, **{"base-prompt": "Describe it."}), contents=contents,
+                        attachments=attachments)
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    body = chat_bodies(srv)[0]
+    assert body["query"] == "Describe it."
+    files = body["files"]
+    assert {"type": "image", "transfer_method": "remote_url", "url": "http://127.0.0.1:9/pic.jpg"} in files
+    local = [f for f in files if f["transfer_method"] == "local_file"]
+    assert {f["type"] for f in local} == {"image", "document"}
+    for f in local:
+        assert srv.uploads[f["upload_file_id"]].user == body["user"]
+    assert any(u.name == "notes.txt" and u.data == b"file body" for u in srv.uploads.values())
+
+
+async def test_too_large_file_is_refused_by_name(srv, host, runner):
+    big = base64.b64encode(b"\0" * (2 * 1024 * 1024)).decode()
+    contents = [{"type": "file_base64", "file_base64": big, "file_name": "big.bin"}]
+    config = cfg(srv, **{"advanced-settings": True, "max-file-size-mb": 1})
+    code, _, message = failure(await run(runner, host, "x", config=config, contents=contents))
+    assert code == "input.too_large" and "big.bin" in message
+    assert not srv.find_requests("POST", "/v1/files/upload")
+
+
+async def test_unreadable_attachment_named(srv, host, runner, tmp_path):
+    attachments = [{"type": "file", "path": str(tmp_path / "missing.pdf"), "name": "missing.pdf"}]
+    code, _, message = failure(await run(runner, host, "x", config=cfg(srv), attachments=attachments))
+    assert code == "input.unreadable" and "missing.pdf" in message
+
+
+@pytest.mark.parametrize(
+    "source,ident,user",
+    [
+        ("actor", Identity(), "user_u-1"),
+        ("conversation", Identity(), "conversation_conv-1"),
+        ("legacy-session", Identity(launcher_type="group", launcher_id="777"), "group_777"),
+        ("legacy-bot", Identity(bot_id="bot-9"), "bot-9"),
+    ],
+)
+async def test_user_identity_sources(srv, host, runner, source, ident, user):
+    await run(runner, host, config=cfg(srv, **{"user-id-source": source}), identity=ident)
+    assert chat_bodies(srv)[0]["user"] == user
+
+
+async def test_legacy_session_without_launcher_fails_closed(srv, host, runner):
+    code, retryable, message = failure(await run(runner, host, config=cfg(srv, **{"user-id-source": "legacy-session"})))
+    assert code == "config.identity_unavailable" and not retryable and "legacy-session" in message
+    assert not srv.find_requests()
+
+
+async def test_params_and_configured_inputs_reach_dify(srv, host, runner):
+    config = cfg(srv, **{"advanced-settings": "true", "inputs": '{"lang": "en", "tone": "formal"}'})
+    await run(runner, host, config=config, params={"tone": "casual", "sender_name": "Ann"})
+    assert chat_bodies(srv)[0]["inputs"] == {"lang": "en", "tone": "casual", "sender_name": "Ann"}
+
+
+async def test_migrated_pipeline_config_runs(srv, host, runner):
+    """The exact config LangBot 4.11.2's migration emits for a dify-service-api pipeline."""
+    migrated = {
+        "base-url": srv.base_url, "api-key": KEY, "app-type": "chat",
+        "base-prompt": "When the file content is readable, please read the content of the file.",
+        "timeout": 30, "advanced-settings": False, "langbot-assets-enabled": False, "remove-think": False,
+        "user-id-source": "legacy-session",
+        "enable-all-tools": False, "tools": [], "knowledge-bases": [], "mcp-resources": [],
+        "mcp-resource-agent-read-enabled": False,
+    }
+    ident = Identity(launcher_type="person", launcher_id="10001")
+    results = await run(runner, host, config=migrated, identity=ident)
+    assert final_text(results) == "Hello, world!"
+    assert chat_bodies(srv)[0]["user"] == "person_10001"
+
+
+async def test_deadline_from_migrated_timeout_is_respected(srv, host, runner):
+    srv.fault = "stall"
+    start = time.time()
+    results = await run(runner, host, config=cfg(srv, timeout=2), deadline_at=start + 2)
+    code, retryable, _ = failure(results)
+    assert (code, retryable) == ("upstream.timeout", True)
+    assert time.time() < start + 2
+    assert "Hello" not in dump([r for r in results if rtype(r) == "run.failed"])
