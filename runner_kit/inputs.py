@@ -110,9 +110,29 @@ def _from_b64(value: str, name: str, kind: str, max_bytes: int, mime: str | None
     except (binascii.Error, ValueError):
         raise RunnerError("input.unreadable", f"'{name}' is not valid base64") from None
     _check_size(len(data), name, max_bytes)
+    mime = mime or _sniff(data)
     if "." not in name and mime:
         name += mimetypes.guess_extension(mime) or ""
     return InputFile(name=name, kind=kind, mime_type=_mime(name, kind, mime), data=data)
+
+
+_MAGIC = (
+    (b"\x89PNG\r\n\x1a\n", "image/png"),
+    (b"\xff\xd8\xff", "image/jpeg"),
+    (b"GIF87a", "image/gif"),
+    (b"GIF89a", "image/gif"),
+    (b"%PDF-", "application/pdf"),
+)
+
+
+def _sniff(data: bytes) -> str | None:
+    """The MIME type of common images and PDFs from their first bytes (platforms check extensions)."""
+    for magic, mime in _MAGIC:
+        if data.startswith(magic):
+            return mime
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def _from_url(url: str, name: str, kind: str, max_bytes: int, mime: str | None = None) -> InputFile:

@@ -1,0 +1,102 @@
+"""One turn two ways: through the plugin's runner and the local host (the full path), and through
+the bare floor (same request, same HTTP client, bytes parsed only as far as the wire demands)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from runner_kit.http import shared_client
+from runners_cli.host import LocalHost
+from runners_cli.plugins import find, load_runner_class
+
+from .common import delta_text, now_ns, rtype
+from .registry import HttpPlugin
+
+
+def load_runner(plugin: str) -> tuple[Any, LocalHost]:
+    """The plugin's runner bound to a local host, as the plugin runtime would bind it."""
+    info = find(plugin)
+    host = LocalHost(runner_id=info.runner_id)
+    runner = load_runner_class(info)()
+    runner.bind_runtime(plugin_runtime_handler=host, plugin_identity=f"{info.author}/{info.name}")
+    return runner, host
+
+
+@dataclass
+class Turn:
+    key: str
+    results: list[Any] = field(default_factory=list)
+    # (monotonic ns when the host got it, all_content length) per message.delta
+    deltas: list[tuple[int, int]] = field(default_factory=list)
+    first_text_ns: int | None = None
+    text: str = ""
+    terminal: str | None = None
+    code: str | None = None
+    events: int = 0  # floor only: wire events parsed
+
+
+async def runner_turn(runner: Any, host: LocalHost, config: dict[str, Any], key: str, keep: bool = True) -> Turn:
+    """One run through ``runner.invoke`` with results applied to the host, as LangBot does."""
+    turn = Turn(key)
+    ctx = host.make_context(key, config=config)
+    async for result in runner.invoke(ctx):
+        t = now_ns()
+        host.apply_result(ctx.run_id, result)
+        kind = rtype(result)
+        if kind == "message.delta":
+            text = delta_text(result)
+            if text and turn.first_text_ns is None:
+                turn.first_text_ns = t
+            turn.deltas.append((t, len(text)))
+        elif kind == "message.completed":
+            content = result.data["message"]["content"]
+            turn.text = content if isinstance(content, str) else ""
+        elif kind in ("run.completed", "run.failed"):
+            turn.terminal = kind
+            turn.code = result.data.get("code")
+        if keep:
+            turn.results.append(result)
+    return turn
+
+
+async def floor_turn(entry: HttpPlugin, base_url: str, key: str, client: httpx.AsyncClient | None = None) -> Turn:
+    """The least any client must do for the same answer: send the request, read the bytes, split
+    the wire format, parse each JSON event, take the token text."""
+    turn = Turn(key)
+    client = client or shared_client()
+    req = entry.floor_request(base_url, key)
+    pieces: list[str] = []
+    token_of = entry.floor_token
+    loads = json.loads
+    async with client.stream(
+        req.pop("method"), req.pop("url"), timeout=httpx.Timeout(60.0), **req
+    ) as resp:
+        resp.raise_for_status()
+        buf = b""
+        sse = entry.wire == "sse"
+        async for chunk in resp.aiter_bytes():
+            buf += chunk
+            *lines, buf = buf.split(b"\n")
+            for line in lines:
+                if sse:
+                    if not line.startswith(b"data:"):
+                        continue
+                    line = line[5:]
+                elif not line.strip():
+                    continue
+                obj = loads(line)
+                turn.events += 1
+                tok = token_of(obj)
+                if tok:
+                    t = now_ns()
+                    if turn.first_text_ns is None:
+                        turn.first_text_ns = t
+                    pieces.append(tok)
+                    turn.deltas.append((t, 0))
+    turn.text = "".join(pieces)
+    turn.terminal = "run.completed"
+    return turn

@@ -1,0 +1,200 @@
+"""The driver's guarantees, with scripted adapters (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from runner_kit import events as ev
+from runner_kit.config import ConfigSchema
+from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.runner import Adapter, KitRunner, deadline_margin
+from runners_cli.host import Identity, LocalHost
+from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, terminal
+
+SCHEMA = ConfigSchema.from_items(
+    [
+        {"name": "api-key", "type": "secret", "default": "sk-scripted-secret-1"},
+        {"name": "timeout", "type": "float", "default": 60},
+        {"name": "remove-think", "type": "boolean", "default": False},
+    ]
+)
+
+
+class Scripted(Adapter):
+    """Yields what the test put in ``script``; callables are awaited (for delays / raises)."""
+
+    platform = "Scripted"
+    session_key = "scripted.session"
+    script: list = []
+    cancelled: list = []
+    attempts: list = []
+
+    async def stream(self):
+        type(self).attempts.append(self.env.session.current)
+        for step in type(self).script:
+            if callable(step):
+                result = await step(self)
+                if result is not None:
+                    yield result
+            else:
+                yield step
+
+    async def cancel(self):
+        type(self).cancelled.append(True)
+
+
+def make(script):
+    cls = type("S", (Scripted,), {"script": script, "cancelled": [], "attempts": []})
+    runner_cls = type("R", (KitRunner,), {"adapter": cls, "schema": SCHEMA})
+    host = LocalHost()
+    r = runner_cls()
+    r.bind_runtime(plugin_runtime_handler=host)
+    return r, host, cls
+
+
+def sleep(s):
+    async def step(_):
+        await asyncio.sleep(s)
+
+    return step
+
+
+def boom(exc):
+    async def step(_):
+        raise exc
+
+    return step
+
+
+async def test_happy_path_with_session_and_usage():
+    r, host, _ = make([ev.SessionId("s1"), ev.Text("hel"), ev.Text("lo"), ev.Usage(3, 4)])
+    results = await run(r, host)
+    assert final_text(results) == "hello"
+    assert state_updates(results) == {"scripted.session": "s1"}
+    end = terminal(results)
+    assert end.usage.model_dump() == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+
+
+async def test_partial_usage_rides_on_failure():
+    r, host, _ = make([ev.Usage(5, None, 5), ev.Text("half"), boom(RunnerError("upstream.unavailable", "dropped"))])
+    results = await run(r, host)
+    code, retryable, _ = failure(results)
+    assert code == "upstream.unavailable" and retryable
+    assert terminal(results).usage.total_tokens == 5
+
+
+async def test_unexpected_exception_becomes_internal_failure_without_secret():
+    r, host, _ = make([boom(ValueError("bad thing with sk-scripted-secret-1"))])
+    code, retryable, message = failure(await run(r, host))
+    assert code == "runner.internal" and not retryable
+    assert "sk-scripted-secret-1" not in message and "bad thing" in message
+
+
+async def test_empty_answer_is_a_failure():
+    r, host, _ = make([ev.Usage(1, 1)])
+    assert failure(await run(r, host))[0] == "upstream.empty_response"
+
+
+async def test_missing_session_retried_once_on_fresh_session():
+    calls = []
+
+    async def first_missing(adapter):
+        calls.append(adapter.env.session.current)
+        if len(calls) == 1:
+            raise SessionMissing()
+
+    r, host, cls = make([first_missing, ev.SessionId("fresh"), ev.Text("ok")])
+    host.store.set(host.scope_key(Identity(), "conversation"), "scripted.session", "stale")
+    results = await run(r, host)
+    assert final_text(results) == "ok"
+    assert calls == ["stale", None]
+    assert state_updates(results) == {"scripted.session": "fresh"}
+
+
+async def test_missing_session_twice_fails_not_found():
+    r, host, _ = make([boom(SessionMissing())])
+    assert failure(await run(r, host))[0] == "upstream.not_found"
+
+
+async def test_deadline_gives_retryable_timeout_before_host_deadline():
+    r, host, _ = make([ev.Text("partial"), sleep(30)])
+    deadline = time.time() + 1.0
+    results = await run(r, host, deadline_at=deadline)
+    code, retryable, _ = failure(results)
+    assert (code, retryable) == ("upstream.timeout", True)
+    assert time.time() < deadline
+    assert deltas(results) == ["partial"], "text streamed before the timeout was delivered"
+
+
+def test_margin_scales_with_deadline():
+    assert deadline_margin(30) == 1.5 and deadline_margin(3) == 0.25 and deadline_margin(600) == 2.0
+
+
+async def test_slow_text_is_flushed_by_timer_not_held_until_next_event():
+    r, host, _ = make([ev.Text("a" * 10), ev.Text("b"), sleep(1.2), ev.Text("c")])
+    ctx = host.make_context("x", config={"advanced-settings": True})
+    seen = []
+    start = time.monotonic()
+    async for res in r.invoke(ctx):
+        if rtype(res) == "message.delta":
+            seen.append((round(time.monotonic() - start, 1), res.data["chunk"]["all_content"]))
+    texts = [t for _, t in seen]
+    assert "a" * 10 + "b" in texts, seen
+    flushed_at = next(t for t, s in seen if s == "a" * 10 + "b")
+    assert flushed_at < 1.0, "pending text goes out after max_delay, not when the next event comes"
+
+
+async def test_host_cancel_calls_adapter_cancel_and_leaves_no_task():
+    r, host, cls = make([ev.Text("start"), sleep(30)])
+    gen = r.invoke(host.make_context("x"))
+    async for res in gen:
+        if rtype(res) == "message.delta":
+            break
+    await gen.aclose()
+    await asyncio.sleep(0)
+    assert cls.cancelled == [True]
+    assert not [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
+
+
+async def test_task_cancellation_propagates_and_cleans_up():
+    r, host, cls = make([ev.Text("start"), sleep(30)])
+
+    async def consume():
+        async for _ in r.invoke(host.make_context("x")):
+            pass
+
+    task = asyncio.create_task(consume())
+    await asyncio.sleep(0.2)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert cls.cancelled == [True]
+
+
+async def test_tool_events_and_think():
+    r, host, _ = make([ev.Think("hmm"), ev.ToolStarted("c1", "search", {"q": 1}),
+                       ev.ToolCompleted("c1", "search", "found"), ev.Text("done")])
+    results = await run(r, host)
+    types = [rtype(x) for x in results]
+    assert types.index("tool.call.started") < types.index("tool.call.completed")
+    done = [x for x in results if rtype(x) == "tool.call.completed"][0]
+    assert done.data["result"] == {"output": "found"}
+    assert final_text(results) == "<think>\nhmm\n</think>\ndone"
+
+
+async def test_every_result_validates_as_the_host_does():
+    """The host validates each known payload with the SDK model; an invalid one would be dropped."""
+    from langbot_plugin.api.entities.builtin.runner import result as rmod
+
+    models = {"message.delta": rmod.MessageDeltaPayload, "message.completed": rmod.MessageCompletedPayload,
+              "run.completed": rmod.RunCompletedPayload, "run.failed": rmod.RunFailedPayload,
+              "tool.call.started": rmod.ToolCallStartedPayload, "tool.call.completed": rmod.ToolCallCompletedPayload,
+              "state.updated": rmod.StateUpdatedPayload}
+    r, host, _ = make([ev.SessionId("s"), ev.Think("t"), ev.ToolStarted("c", "n", {}), ev.ToolCompleted("c", "n", 1),
+                       ev.Text("x" * 50), ev.Text("y" * 50), ev.Usage(1, 2)])
+    for res in await run(r, host):
+        payload = res.model_dump(mode="json")
+        models[payload["type"]].model_validate(payload["data"])
