@@ -21,11 +21,14 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient
 
 
 def shared_client() -> httpx.AsyncClient:
-    """The process's shared AsyncClient for the running event loop (connections are reused)."""
+    """The process's shared AsyncClient for the running event loop (connections are reused).
+
+    It honours HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP clients do.
+    """
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None or client.is_closed:
-        client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=False)
+        client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True)
         _clients[loop] = client
     return client
 
@@ -118,22 +121,27 @@ async def open_stream(
         await resp.aclose()
 
 
-async def read_bounded(resp: httpx.Response, limit: int, platform: str = "upstream") -> bytes:
-    """Read at most ``limit`` bytes of a streamed body (error pages can be huge)."""
+async def read_bounded(resp: httpx.Response, limit: int, platform: str = "upstream", *, strict: bool = False) -> bytes:
+    """Read at most ``limit`` bytes of a streamed body (error pages can be huge).
+
+    With ``strict`` a transport failure is raised as a RunnerError; otherwise what arrived is kept
+    (enough to map an error response).
+    """
     buf = bytearray()
     try:
         async for chunk in resp.aiter_bytes():
             buf += chunk
             if len(buf) >= limit:
                 break
-    except httpx.HTTPError:
-        pass
+    except httpx.HTTPError as exc:
+        if strict:
+            raise transport_error(exc, platform) from None
     return bytes(buf[:limit])
 
 
 async def read_json(resp: httpx.Response, platform: str, limit: int = 16 * 1024 * 1024) -> Any:
     """Read a whole JSON body (bounded) or raise upstream.protocol."""
-    body = await read_bounded(resp, limit + 1, platform)
+    body = await read_bounded(resp, limit + 1, platform, strict=True)
     if len(body) > limit:
         raise RunnerError("upstream.protocol", f"{platform} response exceeds {limit} bytes")
     try:

@@ -1,0 +1,86 @@
+"""``python -m bench.worker``: N concurrent turns in a fresh process (so peak RSS is this batch's
+own), written as JSON to ``--out``. ``--mode runner`` drives the plugin's runner through the local
+host; ``--mode floor`` runs the bare floor client for the same answers."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import resource
+import time
+from collections import Counter
+
+from runner_kit.http import close_shared_client
+
+from .common import answer
+from .drive import floor_turn, load_runner, runner_turn
+from .registry import http_plugin
+
+
+async def batch(args: argparse.Namespace) -> dict:
+    entry = http_plugin(args.plugin)
+    expected = answer(args.tokens)
+    runner = host = None
+    if args.mode == "runner":
+        runner, host = load_runner(args.plugin)
+        config = entry.config(args.base_url)
+    gc.collect()
+    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+    async def one(i: int):
+        key = f"{args.tag}-{i}"
+        try:
+            if args.mode == "runner":
+                return await runner_turn(runner, host, config, key, keep=False)
+            return await floor_turn(entry, args.base_url, key)
+        except Exception as exc:  # noqa: BLE001 - the floor has no error mapping; count it
+            return exc
+
+    t0 = time.perf_counter()
+    turns = await asyncio.gather(*(one(i) for i in range(args.n)))
+    wall = time.perf_counter() - t0
+    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    await close_shared_client()
+    failures: Counter[str] = Counter()
+    ok = 0
+    for t in turns:
+        if isinstance(t, Exception):
+            failures[type(t).__name__] += 1
+        elif t.terminal != "run.completed":
+            failures[t.code or t.terminal or "no terminal result"] += 1
+        elif t.text != expected:
+            failures["wrong text"] += 1
+        else:
+            ok += 1
+    return {
+        "n": args.n,
+        "mode": args.mode,
+        "ok": ok,
+        "failures": dict(failures),
+        "wall_s": wall,
+        "rss_start_kb": rss_start,
+        "rss_peak_kb": rss_peak,
+        "deltas": {t.key: t.deltas for t in turns if not isinstance(t, Exception)},
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--plugin", required=True)
+    ap.add_argument("--base-url", required=True)
+    ap.add_argument("--mode", choices=("runner", "floor"), required=True)
+    ap.add_argument("--n", type=int, required=True)
+    ap.add_argument("--tokens", type=int, required=True)
+    ap.add_argument("--tag", required=True)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    out = asyncio.run(batch(args))
+    with open(args.out, "w", encoding="utf-8") as f:
+        json.dump(out, f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
