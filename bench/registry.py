@@ -5,7 +5,7 @@ An HTTP plugin joins every per-plugin row by adding one :class:`HttpPlugin` to `
 * ``start_server``  — start its loopback fake platform (127.0.0.1, free port) and return it; runs
   inside the ``python -m bench.serve`` subprocess, so the benchmark process holds only the client;
 * ``stream``        — make that fake stream a given list of tokens with a given inter-token delay;
-* ``run_key``       — which run a request belongs to (the fake records write times per run);
+* ``run_key``       — which run a request belongs to (its input text; None for other requests);
 * ``is_token_write``— whether bytes the fake wrote carry one answer token (to time them);
 * ``config``        — the runner config pointing at the fake;
 * ``floor_request`` / ``wire`` / ``floor_token`` — the bare floor: the same request, read with the
@@ -27,7 +27,7 @@ class HttpPlugin:
     plugin: str  # directory name (runners_cli.plugins.find)
     start_server: Callable[[], Any]
     stream: Callable[[Any, list[str], float], None]
-    run_key: Callable[[Any], str]  # tests.fakes.http_server.Request -> the run's input text
+    run_key: Callable[[Any], str | None]  # fake's Request -> the run's input text (None: not a run)
     is_token_write: Callable[[bytes], bool]
     config: Callable[[str], dict[str, Any]]  # base url -> runner config
     floor_request: Callable[[str, str], dict[str, Any]]  # (base url, input text) -> httpx request kwargs
@@ -74,7 +74,9 @@ def _dify_stream(srv: Any, tokens: list[str], delay: float) -> None:
     srv.token_delay = delay
 
 
-def _dify_key(req: Any) -> str:
+def _dify_key(req: Any) -> str | None:
+    if req.method != "POST" or not req.path.endswith(("/chat-messages", "/run")):
+        return None  # uploads, stop requests: not a run
     return req.json().get("query", "")
 
 

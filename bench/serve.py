@@ -7,6 +7,7 @@ kernel). Control is JSON lines: the first stdout line is ``{"base_url": ..., "po
 one reply line per command read from stdin:
 
     {"op": "stream", "tokens": N, "delay": D}  make every following run stream N tokens, D s apart
+    {"op": "stream", ..., "prefix": P}          the same, only for runs whose key starts with P
     {"op": "marks"}                            {key: [ns, ...]} recorded since the last call
     {"op": "stats"}                            connection and request counters
     {"op": "quit"}
@@ -19,7 +20,7 @@ import sys
 import threading
 from typing import Any
 
-from tests.fakes.http_server import Response
+from tests.fakes.http_server import FakeHTTPServer, Response
 
 from .common import now_ns, tokens
 from .registry import http_plugin
@@ -52,7 +53,7 @@ def instrument(entry: Any, marks: Marks) -> None:
             key = self.__dict__.get("_bench_key")
             if key is None:
                 try:
-                    key = entry.run_key(self.request)
+                    key = entry.run_key(self.request) or ""
                 except Exception:  # noqa: BLE001 - an unkeyed request is simply not timed
                     key = ""
                 self.__dict__["_bench_key"] = key
@@ -61,11 +62,53 @@ def instrument(entry: Any, marks: Marks) -> None:
     Response.write = write  # type: ignore[method-assign]
 
 
+class Plans:
+    """How many tokens, how far apart: a default plus per-key-prefix plans, applied to the fake
+    the moment a request is dispatched (its handler reads the knobs before its first await), so
+    runs with different plans can be in flight together."""
+
+    def __init__(self) -> None:
+        self.default: tuple[int, float] = (4, 0.0)
+        self.by_prefix: dict[str, tuple[int, float]] = {}
+
+    def set(self, n: int, delay: float, prefix: str | None) -> None:
+        if prefix:
+            self.by_prefix[prefix] = (n, delay)
+        else:
+            self.default = (n, delay)
+            self.by_prefix.clear()
+
+    def pick(self, key: str) -> tuple[int, float]:
+        best = ""
+        for p in self.by_prefix:
+            if key.startswith(p) and len(p) > len(best):
+                best = p
+        return self.by_prefix[best] if best else self.default
+
+
+def apply_plans(entry: Any, plans: Plans) -> None:
+    original = FakeHTTPServer._dispatch
+
+    async def dispatch(self: FakeHTTPServer, req: Any, resp: Response) -> None:
+        try:
+            key = entry.run_key(req)
+        except Exception:  # noqa: BLE001 - not a run request (upload, stop, ...)
+            key = None
+        if key is not None:
+            n, delay = plans.pick(key)
+            entry.stream(self, tokens(n), delay)
+        await original(self, req, resp)
+
+    FakeHTTPServer._dispatch = dispatch  # type: ignore[method-assign]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     entry = http_plugin(args[0])
     marks = Marks()
     instrument(entry, marks)
+    plans = Plans()
+    apply_plans(entry, plans)
     srv = entry.start_server()
     out = sys.stdout
 
@@ -81,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             cmd = json.loads(line)
             op = cmd.get("op")
             if op == "stream":
-                entry.stream(srv, tokens(int(cmd["tokens"])), float(cmd["delay"]))
+                plans.set(int(cmd["tokens"]), float(cmd["delay"]), cmd.get("prefix"))
                 reply({"ok": True})
             elif op == "marks":
                 reply({"marks": marks.take()})

@@ -44,8 +44,9 @@ class FakeServer:
             raise RuntimeError(reply["error"])
         return reply
 
-    def stream(self, n_tokens: int, delay: float) -> None:
-        self.call("stream", tokens=n_tokens, delay=delay)
+    def stream(self, n_tokens: int, delay: float, prefix: str | None = None) -> None:
+        """Runs (whose key starts with ``prefix``) stream ``n_tokens`` tokens ``delay`` s apart."""
+        self.call("stream", tokens=n_tokens, delay=delay, prefix=prefix)
 
     def marks(self) -> dict[str, list[int]]:
         return self.call("marks")["marks"]

@@ -27,7 +27,7 @@ async def batch(args: argparse.Namespace) -> dict:
         runner, host = load_runner(args.plugin)
         config = entry.config(args.base_url)
     gc.collect()
-    rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_start = peak_rss_kb()
 
     async def one(i: int):
         key = f"{args.tag}-{i}"
@@ -41,7 +41,7 @@ async def batch(args: argparse.Namespace) -> dict:
     t0 = time.perf_counter()
     turns = await asyncio.gather(*(one(i) for i in range(args.n)))
     wall = time.perf_counter() - t0
-    rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rss_peak = peak_rss_kb()
     await close_shared_client()
     failures: Counter[str] = Counter()
     ok = 0
@@ -64,6 +64,19 @@ async def batch(args: argparse.Namespace) -> dict:
         "rss_peak_kb": rss_peak,
         "deltas": {t.key: t.deltas for t in turns if not isinstance(t, Exception)},
     }
+
+
+def peak_rss_kb() -> int:
+    """This process's own peak RSS. ``VmHWM`` belongs to the address space exec() created; Linux
+    ``ru_maxrss`` would also report the parent's RSS at fork time when that was larger."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def main() -> int:

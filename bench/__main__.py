@@ -1,0 +1,132 @@
+"""``uv run python -m bench [--quick] [--out DIR]``: run every benchmark, print the report, write
+``RESULTS.md``, ``results.json`` and ``results.png`` (default: into ``bench/``; with ``--quick``
+into a temporary directory unless ``--out`` is given)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from runners_cli.plugins import discover
+
+from . import report, sections
+from .notes import notes
+from .params import Params
+from .registry import CODING_AGENTS, HTTP_PLUGINS
+from .server import FakeServer
+
+HERE = Path(__file__).resolve().parent
+SECTIONS = ("ttft", "traffic", "cpu", "concurrency", "connections", "coding")
+
+
+def _log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
+    ap.add_argument("--out", help="directory for RESULTS.md, results.json, results.png")
+    ap.add_argument("--plugins", help="comma-separated plugin directory names (default: every entry)")
+    ap.add_argument("--only", help=f"comma-separated sections to run: {', '.join(SECTIONS)}")
+    ap.add_argument("--ttft-tokens", type=int, help="tokens per answer in the time-to-first-text runs")
+    ap.add_argument("--ttft-delay", type=float, help="seconds between tokens in the time-to-first-text runs")
+    ap.add_argument("--paced-delay", type=float, help="seconds between tokens in the paced host-traffic runs")
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdown of section 3")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    p = Params.quick_run() if args.quick else Params()
+    if args.ttft_tokens:
+        p.ttft_tokens = args.ttft_tokens
+    if args.ttft_delay is not None:
+        p.ttft_delay = args.ttft_delay
+    if args.paced_delay:
+        p.paced_delay = args.paced_delay
+    only = set(args.only.split(",")) if args.only else set(SECTIONS)
+    unknown = only - set(SECTIONS)
+    if unknown:
+        raise SystemExit(f"unknown section(s): {', '.join(sorted(unknown))}")
+    out = Path(args.out) if args.out else (Path(tempfile.mkdtemp(prefix="bench-")) if args.quick else HERE)
+    out.mkdir(parents=True, exist_ok=True)
+
+    entries = HTTP_PLUGINS
+    if args.plugins:
+        wanted = set(args.plugins.split(","))
+        entries = [e for e in HTTP_PLUGINS if e.plugin in wanted]
+    benched = {e.plugin for e in HTTP_PLUGINS} | {e.plugin for e in CODING_AGENTS}
+    missing = [pl.dirname for pl in discover() if pl.dirname not in benched]
+
+    t_start = time.perf_counter()
+    s: dict[str, Any] = {k: [] for k in ("ttft", "traffic", "cpu", "concurrency", "connections")}
+    for entry in entries:
+        with FakeServer(entry.plugin) as srv:
+            if "ttft" in only:
+                _log(f"{entry.plugin}: 1. time to first text")
+                s["ttft"].append(sections.run_section(sections.ttft(entry, srv, p)))
+            if "traffic" in only:
+                _log(f"{entry.plugin}: 2. host traffic")
+                s["traffic"].append(sections.run_section(sections.traffic(entry, srv, p)))
+            if "cpu" in only:
+                _log(f"{entry.plugin}: 3. CPU per event")
+                s["cpu"].append(sections.run_section(sections.cpu(entry, srv, p, profile=not args.no_profile)))
+            if "concurrency" in only:
+                _log(f"{entry.plugin}: 4. concurrency")
+                s["concurrency"].append(sections.concurrency(entry, srv, p))
+            if "connections" in only:
+                _log(f"{entry.plugin}: 5. connections")
+                s["connections"].append(sections.run_section(sections.connections(entry, srv, p)))
+            errors = srv.stats()["handler_errors"]
+            if errors:
+                _log(f"{entry.plugin}: the fake server recorded handler errors: {errors}")
+    if "traffic" in only:
+        s["sweep"] = sections.sweep(p)
+    if "coding" in only:
+        _log("6. coding-agent runners")
+        s["coding_agents"] = sections.run_section(sections.coding_agents(p))
+
+    cmd = "uv run python -m bench" + (" --quick" if args.quick else "")
+    data: dict[str, Any] = {
+        "meta": {
+            "command": cmd,
+            "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+            "machine": f"{os.cpu_count()} CPUs, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}",
+            "quick": p.quick,
+            "duration_s": time.perf_counter() - t_start,
+            "plugins": [e.plugin for e in entries],
+        },
+        "params": _params(p),
+        "sections": s,
+        "missing_entries": missing,
+    }
+    data["targets"] = report.targets(data)
+    md = report.markdown(data, notes(data))
+    print(md)
+    (out / "results.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    (out / "RESULTS.md").write_text(md, encoding="utf-8")
+    try:
+        report.chart(data, str(out / "results.png"))
+    except ImportError:
+        _log("matplotlib is not installed (uv sync installs the dev group): no chart written")
+    _log(f"wrote {out / 'RESULTS.md'}, {out / 'results.json'}, {out / 'results.png'}")
+    return 0
+
+
+def _params(p: Params) -> dict[str, Any]:
+    d = dict(vars(p))
+    d["cpu_patterns"] = [vars(c) for c in p.cpu_patterns]
+    return d
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,56 @@
+"""Sizes of every measurement: the full run (``python -m bench``) and ``--quick``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CpuPattern:
+    name: str
+    tokens: int  # per run
+    delay: float  # seconds between tokens (0: the whole answer at once)
+    runs: int  # per timed batch
+
+
+@dataclass
+class Params:
+    quick: bool = False
+    # 1. time to first visible text
+    ttft_runs: int = 60
+    ttft_tokens: int = 20
+    ttft_delay: float = 0.01
+    # 2. host traffic
+    traffic_sizes: tuple[int, ...] = (100, 1000, 4000)
+    paced_sizes: tuple[int, ...] = (100, 1000, 4000)
+    paced_delay: float = 0.02  # 50 tokens/s, a typical hosted-LLM rate
+    sweep_rates: tuple[float, ...] = (0.0, 200.0, 100.0, 50.0, 25.0)  # tokens/s, 0 = burst
+    # 3. CPU per upstream event
+    cpu_rounds: int = 5
+    cpu_patterns: list[CpuPattern] = field(
+        default_factory=lambda: [CpuPattern("paced", 400, 0.001, 3), CpuPattern("burst", 2000, 0.0, 5)]
+    )
+    # 4. concurrency
+    conc_ns: tuple[int, ...] = (50, 200, 500)
+    # 6-second answers (longer than the kit's 5 s wait for a free pooled connection), sparse enough
+    # (N=500: ~3,300 events/s) that one core is not saturated by the client floor itself
+    conc_tokens: int = 40
+    conc_delay: float = 0.15
+    # 5. connections
+    conn_runs: int = 100
+
+    @classmethod
+    def quick_run(cls) -> Params:
+        return cls(
+            quick=True,
+            ttft_runs=10,
+            paced_sizes=(100,),
+            paced_delay=0.01,
+            sweep_rates=(0.0, 50.0),
+            cpu_rounds=2,
+            cpu_patterns=[CpuPattern("paced", 150, 0.001, 2), CpuPattern("burst", 1000, 0.0, 3)],
+            conc_ns=(50,),
+            conc_tokens=10,
+            conc_delay=0.05,
+            conn_runs=20,
+        )

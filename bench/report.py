@@ -1,0 +1,430 @@
+"""Targets, the markdown report (stdout and RESULTS.md), and the chart."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+TTFT_MS = 5.0
+BYTES_RATIO = 5.0
+CPU_RATIO = 1.5
+RSS_MB = 300.0
+
+MET, MISSED, NA = "met", "**missed**", "n/a"
+
+
+def _f(x: float, nd: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:,.{nd}f}"
+
+
+def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per figure that has a target: measured, same-run reference, target, status."""
+    s = data["sections"]
+    rows: list[dict[str, Any]] = []
+    for t in s.get("ttft", []):
+        ok = t["runner_ms"]["median"] <= TTFT_MS and t["correct"] == t["runs"]
+        rows.append(
+            {
+                "id": "ttft",
+                "figure": "1. Added time to first text",
+                "plugin": t["plugin"],
+                "measured": f"median {_f(t['runner_ms']['median'])} ms, p95 {_f(t['runner_ms']['p95'])} ms",
+                "reference": f"floor: median {_f(t['floor_ms']['median'])} ms, p95 {_f(t['floor_ms']['p95'])} ms",
+                "target": f"≤ {TTFT_MS:g} ms median",
+                "status": MET if ok else MISSED,
+            }
+        )
+    for tr in s.get("traffic", []):
+        for r in tr["rows"]:
+            if r["tokens"] != 4000:
+                continue
+            ok = r["ratio"] <= BYTES_RATIO and r["correct"]
+            rate = "all at once" if r["pace"] == "burst" else f"{1 / r['token_delay_s']:g} tokens/s"
+            rows.append(
+                {
+                    "id": f"bytes-{r['pace']}",
+                    "figure": f"2. Host bytes, 4,000-token answer ({rate})",
+                    "plugin": r["plugin"],
+                    "measured": f"{_f(r['ratio'])}× the answer, {r['deltas']} deltas",
+                    "reference": f"naive: {_f(r['naive_ratio'], 0)}×, {r['naive_deltas']} deltas",
+                    "target": f"≤ {BYTES_RATIO:g}×",
+                    "status": MET if ok else MISSED,
+                }
+            )
+    for c in s.get("cpu", []):
+        for r in c["rows"]:
+            ok = r["ratio"] <= CPU_RATIO and r["correct"]
+            rows.append(
+                {
+                    "id": f"cpu-{r['pattern']}",
+                    "figure": f"3. CPU per event ({r['pattern']})",
+                    "plugin": r["plugin"],
+                    "measured": f"{_f(r['ratio'])}× the floor ({_f(r['runner_us_per_event'], 1)} µs/event)",
+                    "reference": f"floor: {_f(r['floor_us_per_event'], 1)} µs/event",
+                    "target": f"≤ {CPU_RATIO:g}×",
+                    "status": MET if ok else MISSED,
+                }
+            )
+    for c in s.get("concurrency", []):
+        if not c["rows"]:
+            continue
+        r = max(c["rows"], key=lambda x: x["n"])
+        run, flo = r["runner"], r["floor"]
+        ok = run["ok"] == r["n"] and run["rss_peak_mb"] < RSS_MB
+        fails = ", ".join(f"{v} {k}" for k, v in run["failures"].items())
+        rows.append(
+            {
+                "id": "concurrency",
+                "figure": f"4. {r['n']} concurrent runs",
+                "plugin": r["plugin"],
+                "measured": f"{run['ok']}/{r['n']} complete{' (' + fails + ')' if fails else ''}, "
+                f"peak RSS {_f(run['rss_peak_mb'], 0)} MB",
+                "reference": f"floor: {flo['ok']}/{r['n']}, peak RSS {_f(flo['rss_peak_mb'], 0)} MB",
+                "target": f"all complete, peak RSS < {RSS_MB:g} MB",
+                "status": MET if ok else MISSED,
+            }
+        )
+    for c in s.get("connections", []):
+        ok = c["runner_connections"] <= c["pool_keepalive"] and c["correct"] == c["runs"]
+        rows.append(
+            {
+                "id": "connections",
+                "figure": f"5. Connections for {c['runs']} sequential runs",
+                "plugin": c["plugin"],
+                "measured": f"{c['runner_connections']}",
+                "reference": f"floor: {c['floor_connections']}",
+                "target": f"≤ pool size ({c['pool_keepalive']} kept alive, {c['pool_max_connections']} max)",
+                "status": MET if ok else MISSED,
+            }
+        )
+    ca = s.get("coding_agents") or {}
+    if ca.get("status") == "not applicable":
+        rows.append(
+            {
+                "id": "coding-agents",
+                "figure": "6. Coding-agent runners",
+                "plugin": "–",
+                "measured": f"not applicable: {ca['reason']}",
+                "reference": "–",
+                "target": "–",
+                "status": NA,
+            }
+        )
+    for r in ca.get("rows", []):
+        rows.append(
+            {
+                "id": "coding-agents",
+                "figure": "6. Steering follow-up latency",
+                "plugin": r["plugin"],
+                "measured": f"median {_f(r['steering_ms']['median'])} ms, p95 {_f(r['steering_ms']['p95'])} ms; "
+                f"follow-up turn {_f(r['same_process_turn_s'], 3)} s",
+                "reference": f"new process turn {_f(r['new_process_turn_s'], 3)} s",
+                "target": "–",
+                "status": NA,
+            }
+        )
+    for m in data.get("missing_entries", []):
+        rows.append(
+            {
+                "id": "missing",
+                "figure": "benchmark entry",
+                "plugin": m,
+                "measured": "no entry in bench/registry.py",
+                "reference": "–",
+                "target": "every landed plugin benchmarked",
+                "status": MISSED,
+            }
+        )
+    return rows
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return "\n".join(out)
+
+
+def summary_table(data: dict[str, Any]) -> str:
+    return _table(
+        ["Figure", "Plugin", "Measured", "Reference (same run)", "Target", "Status"],
+        [[r["figure"], r["plugin"], r["measured"], r["reference"], r["target"], r["status"]] for r in data["targets"]],
+    )
+
+
+def markdown(data: dict[str, Any], notes: str = "") -> str:
+    meta = data["meta"]
+    s = data["sections"]
+    parts = [
+        "# Benchmark results",
+        "",
+        f"Generated by `{meta['command']}` on {meta['date']} ({meta['machine']}); "
+        f"took {_f(meta['duration_s'], 0)} s.{' **Quick run (smaller sizes).**' if meta['quick'] else ''} "
+        "Every figure is measured side by side with its reference in the same run; absolute times "
+        "drift on a shared machine, ratios and counts much less. See `bench/README.md` for what each "
+        "figure means.",
+        "",
+        "## Summary",
+        "",
+        summary_table(data),
+    ]
+    if s.get("ttft"):
+        parts += [
+            "",
+            "## 1. Time to first visible text",
+            "",
+            "From the fake server's first answer-token write to the first `message.delta` with text "
+            "reaching the host (runner) or the first token parsed (floor), CLOCK_MONOTONIC in both "
+            "processes.",
+            "",
+            _table(
+                ["Plugin", "Runs", "Tokens × delay", "Runner median / p95 / max (ms)", "Floor median / p95 / max (ms)",
+                 "Kit share of median (ms)", "Correct"],
+                [
+                    [t["plugin"], t["runs"], f"{t['tokens']} × {t['token_delay_s'] * 1000:g} ms",
+                     " / ".join(_f(t["runner_ms"][k]) for k in ("median", "p95", "max")),
+                     " / ".join(_f(t["floor_ms"][k]) for k in ("median", "p95", "max")),
+                     _f(t["kit_share_median_ms"]), f"{t['correct']}/{t['runs']}"]
+                    for t in s["ttft"]
+                ],
+            ),
+        ]  # fmt: skip
+    if s.get("traffic"):
+        rows = []
+        for tr in s["traffic"]:
+            for r in tr["rows"]:
+                pace = "all at once" if r["pace"] == "burst" else f"{1 / r['token_delay_s']:g} tokens/s"
+                rows.append(
+                    [r["plugin"], f"{r['tokens']:,}", pace, f"{r['answer_bytes']:,}", r["deltas"], f"{r['host_bytes']:,}",
+                     f"{_f(r['ratio'])}×", r["naive_deltas"], f"{r['naive_bytes']:,}", f"{_f(r['naive_ratio'], 1)}×",
+                     "yes" if r["correct"] else "NO"]
+                )  # fmt: skip
+        parts += [
+            "",
+            "## 2. Host traffic",
+            "",
+            "Bytes of every `RunnerResult` of the run serialised as the plugin runtime sends them "
+            "(`json.dumps(result.model_dump(mode=\"json\"))`, sequence set), against the answer's own "
+            "UTF-8 size. Naive: one cumulative delta per token plus the same other results.",
+            "",
+            _table(
+                ["Plugin", "Tokens", "Upstream pace", "Answer (B)", "Deltas", "Host bytes", "Ratio", "Naive deltas",
+                 "Naive bytes", "Naive ratio", "Correct"],
+                rows,
+            ),
+        ]  # fmt: skip
+    if s.get("sweep"):
+        parts += [
+            "",
+            f"Delta policy across upstream speeds, {s['sweep'][0]['tokens']:,}-token answer: the kit's own "
+            "`ResultBuilder` on a virtual clock, max-delay ticks scheduled as `_pump` schedules them "
+            "(the measured rows above are the real path; this shows how the figure depends on speed "
+            "and on the `stream-growth` / `stream-max-delay` settings).",
+            "",
+            _table(
+                ["growth", "max delay (s)", "Upstream pace", "Deltas", "Host bytes", "Ratio", "Longest gap between updates (s)"],
+                [
+                    [_f(r["growth"], 2), _f(r["max_delay_s"], 1),
+                     "all at once" if not r["rate_tps"] else f"{r['rate_tps']:g} tokens/s",
+                     r["deltas"], f"{r['host_bytes']:,}", f"{_f(r['ratio'])}×", _f(r["longest_gap_s"])]
+                    for r in s["sweep"]
+                ],
+            ),
+        ]  # fmt: skip
+    if s.get("cpu"):
+        rows = []
+        prof_parts = []
+        for c in s["cpu"]:
+            for r in c["rows"]:
+                pace = "all at once" if not r["token_delay_s"] else f"one event every {r['token_delay_s'] * 1000:g} ms"
+                rows.append(
+                    [r["plugin"], r["pattern"], pace, r["events_per_run"], f"{r['runs_per_batch']} × {r['rounds']}",
+                     _f(r["runner_us_per_event"], 1), _f(r["floor_us_per_event"], 1),
+                     f"{_f(r['ratio'])}× ({_f(r['ratio_min'])}–{_f(r['ratio_max'])})",
+                     "yes" if r["correct"] else "NO"]
+                )  # fmt: skip
+                prof = r.get("profile_us_per_event")
+                if prof:
+                    groups = sorted(set(prof["runner"]) | set(prof["floor"]), key=lambda g: -prof["runner"].get(g, 0))
+                    prof_parts += [
+                        "",
+                        f"cProfile, {r['plugin']} / {r['pattern']}: own CPU time per upstream event by package "
+                        "(µs; profiler overhead inflates both columns alike)",
+                        "",
+                        _table(
+                            ["Package", "Runner path", "Floor", "Difference"],
+                            [
+                                [g, _f(prof["runner"].get(g, 0.0), 1), _f(prof["floor"].get(g, 0.0), 1),
+                                 _f(prof["runner"].get(g, 0.0) - prof["floor"].get(g, 0.0), 1)]
+                                for g in groups
+                                if max(prof["runner"].get(g, 0.0), prof["floor"].get(g, 0.0)) >= 0.05
+                            ],
+                        ),
+                    ]  # fmt: skip
+        parts += [
+            "",
+            "## 3. CPU per upstream event",
+            "",
+            "Process CPU time (`time.process_time`, the fake server runs in another process) per "
+            "upstream stream event, full runner path (context, runner, host) against the floor reading "
+            "and parsing the same bytes from the same server with the same HTTP client. Ratio: median "
+            "of the rounds (range in brackets); runner and floor batches alternate.",
+            "",
+            _table(
+                ["Plugin", "Pattern", "Upstream pace", "Events/run", "Runs × rounds", "Runner µs/event",
+                 "Floor µs/event", "Ratio", "Correct"],
+                rows,
+            ),
+            *prof_parts,
+        ]  # fmt: skip
+    if s.get("concurrency"):
+        rows = []
+        for c in s["concurrency"]:
+            for r in c["rows"]:
+                run, flo = r["runner"], r["floor"]
+                fails = ", ".join(f"{v} × {k}" for k, v in run["failures"].items()) or "–"
+                rows.append(
+                    [r["plugin"], r["n"], f"{run['ok']}/{r['n']}", fails, f"{_f(run['wall_s'])} / {_f(flo['wall_s'])}",
+                     f"{_f(run['rss_peak_mb'], 0)} / {_f(flo['rss_peak_mb'], 0)} (start {_f(run['rss_start_mb'], 0)})",
+                     f"{_f(run['latency_ms']['p50'], 1)} / {_f(flo['latency_ms']['p50'], 1)}",
+                     f"{_f(run['latency_ms']['p99'], 1)} / {_f(flo['latency_ms']['p99'], 1)}",
+                     _f(r["added_p99_ms"], 1), f"{run['connections']} / {flo['connections']}"]
+                )  # fmt: skip
+        first = s["concurrency"][0]["rows"][0] if s["concurrency"][0]["rows"] else None
+        parts += [
+            "",
+            "## 4. Concurrency",
+            "",
+            (f"N runs at once in one fresh process (peak RSS is that process's own high-water mark, `VmHWM`; the fake "
+             f"server is another process), each streaming {first['tokens']} tokens "
+             f"{first['token_delay_s'] * 1000:g} ms apart. Latency per delta: from when a zero-cost client "
+             "applying the same delta policy would have sent it (the write of its newest token, or "
+             "max-delay after its first new token for a timed flush) to the host receiving it; floor: "
+             "from each token's write to its parse. Cells are runner / floor.") if first else "",
+            "",
+            _table(
+                ["Plugin", "N", "Complete", "Failures", "Wall (s)", "Peak RSS (MB)", "p50 latency (ms)",
+                 "p99 latency (ms)", "Added p99 (ms)", "Connections"],
+                rows,
+            ),
+        ]  # fmt: skip
+    if s.get("connections"):
+        parts += [
+            "",
+            "## 5. Connections",
+            "",
+            "TCP connections the fake server accepted for sequential runs to one base URL.",
+            "",
+            _table(
+                ["Plugin", "Runs", "Runner connections", "Floor connections", "Pool (keep-alive / max)", "Correct"],
+                [
+                    [c["plugin"], c["runs"], c["runner_connections"], c["floor_connections"],
+                     f"{c['pool_keepalive']} / {c['pool_max_connections']}", f"{c['correct']}/{c['runs']}"]
+                    for c in s["connections"]
+                ],
+            ),
+        ]  # fmt: skip
+    ca = s.get("coding_agents") or {}
+    if ca:
+        parts += ["", "## 6. Coding-agent runners", ""]
+    if ca.get("status") == "not applicable":
+        parts.append(
+            f"Not applicable: {ca['reason']}. The harness (`bench/sections.py`, `coding_agents`) runs "
+            "for every `CodingAgent` entry in `bench/registry.py`."
+        )
+    elif ca:
+        parts.append(
+            _table(
+                ["Plugin", "Steering median / p95 (ms)", "Follow-up turn, same process (s)", "Turn in a new process (s)"],
+                [
+                    [r["plugin"], f"{_f(r['steering_ms']['median'])} / {_f(r['steering_ms']['p95'])}",
+                     _f(r["same_process_turn_s"], 3), _f(r["new_process_turn_s"], 3)]
+                    for r in ca.get("rows", [])
+                ],
+            )
+        )  # fmt: skip
+    if notes:
+        parts += ["", notes]
+    return "\n".join(parts) + "\n"
+
+
+# --- chart ------------------------------------------------------------------------------------
+
+
+def chart(data: dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = data["sections"]
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5), dpi=100)
+    fig.suptitle("LangBot runner benchmarks: measured vs same-run reference", fontsize=12)
+
+    ax = axes[0][0]
+    labels, run, flo = [], [], []
+    for t in s.get("ttft", []):
+        labels.append(t["plugin"])
+        run.append(t["runner_ms"]["median"])
+        flo.append(t["floor_ms"]["median"])
+    x = range(len(labels))
+    ax.bar([i - 0.2 for i in x], run, 0.4, label="runner (median)", color="#3b75af")
+    ax.bar([i + 0.2 for i in x], flo, 0.4, label="floor (median)", color="#b0b0b0")
+    ax.axhline(TTFT_MS, color="#c0392b", ls="--", lw=1, label=f"target {TTFT_MS:g} ms")
+    ax.set_xticks(list(x), labels)
+    ax.set_ylabel("ms")
+    ax.set_title("1. Added time to first text")
+    ax.legend(fontsize=8)
+
+    ax = axes[0][1]
+    for tr in s.get("traffic", []):
+        for pace, style in (("burst", "o-"), ("paced", "s-")):
+            rows = [r for r in tr["rows"] if r["pace"] == pace]
+            if not rows:
+                continue
+            lab = "all at once" if pace == "burst" else f"{1 / rows[0]['token_delay_s']:g} tok/s"
+            ax.plot([r["tokens"] for r in rows], [r["ratio"] for r in rows], style, label=f"{tr['plugin']}, {lab}")
+        naive = [r for r in tr["rows"] if r["pace"] == "burst"]
+        ax.plot([r["tokens"] for r in naive], [r["naive_ratio"] for r in naive], "x:", color="#888",
+                label="naive (delta per token)")  # fmt: skip
+    ax.axhline(BYTES_RATIO, color="#c0392b", ls="--", lw=1, label=f"target {BYTES_RATIO:g}×")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("answer tokens")
+    ax.set_ylabel("host bytes / answer bytes")
+    ax.set_title("2. Host traffic")
+    ax.legend(fontsize=7)
+
+    ax = axes[1][0]
+    labels, vals = [], []
+    for c in s.get("cpu", []):
+        for r in c["rows"]:
+            labels.append(f"{r['plugin']}\n{r['pattern']}")
+            vals.append(r["ratio"])
+    ax.bar(range(len(vals)), vals, 0.5, color="#3b75af")
+    ax.axhline(1.0, color="#888", lw=1, label="floor = 1")
+    ax.axhline(CPU_RATIO, color="#c0392b", ls="--", lw=1, label=f"target {CPU_RATIO:g}×")
+    ax.set_xticks(range(len(vals)), labels, fontsize=8)
+    ax.set_ylabel("runner CPU / floor CPU per event")
+    ax.set_title("3. CPU per upstream event")
+    ax.legend(fontsize=8)
+
+    ax = axes[1][1]
+    for c in s.get("concurrency", []):
+        ns = [r["n"] for r in c["rows"]]
+        ax.plot(ns, [r["runner"]["rss_peak_mb"] for r in c["rows"]], "o-", label=f"{c['plugin']} runner RSS")
+        ax.plot(ns, [r["floor"]["rss_peak_mb"] for r in c["rows"]], "o:", color="#888", label="floor RSS")
+        for r in c["rows"]:
+            if r["runner"]["ok"] < r["n"]:
+                ax.annotate(f"{r['n'] - r['runner']['ok']} failed", (r["n"], r["runner"]["rss_peak_mb"]),
+                            textcoords="offset points", xytext=(-30, 8), fontsize=8, color="#c0392b")  # fmt: skip
+    ax.axhline(RSS_MB, color="#c0392b", ls="--", lw=1, label=f"target {RSS_MB:g} MB")
+    ax.set_xlabel("concurrent runs")
+    ax.set_ylabel("peak RSS (MB)")
+    ax.set_title("4. Concurrency")
+    ax.legend(fontsize=8)
+
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

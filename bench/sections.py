@@ -1,0 +1,483 @@
+"""The six measurements. Each returns plain data (JSON-ready); ``report`` turns it into tables.
+
+Every figure is a ratio or a count against a reference taken in the same run: the bare floor
+client, the naive delta policy, or the fake server's own write times.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import cProfile
+import gc
+import json
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from runner_kit.http import POOL_LIMITS, close_shared_client
+from runner_kit.results import ResultBuilder, StreamPolicy
+from runner_kit.usage import UsageTotals
+
+from .common import answer, median, now_ns, pct, prefix_lengths, rtype, tokens, tokens_in, wire_bytes
+from .drive import Turn, floor_turn, load_runner, runner_turn
+from .params import Params
+from .registry import CODING_AGENTS, HttpPlugin
+from .server import ROOT, FakeServer
+
+
+def _check(turn: Turn, expected: str) -> bool:
+    return turn.terminal == "run.completed" and turn.text == expected
+
+
+async def _closing(coro: Any) -> Any:
+    try:
+        return await coro
+    finally:
+        await close_shared_client()
+
+
+def run_section(coro: Any) -> Any:
+    """Each section gets a fresh event loop and so a fresh shared HTTP client."""
+    return asyncio.run(_closing(coro))
+
+
+# --- 1. time to first visible text ------------------------------------------------------------
+
+
+async def ttft(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]:
+    runner, host = load_runner(entry.plugin)
+    config = entry.config(srv.base_url)
+    srv.stream(p.ttft_tokens, p.ttft_delay, prefix="ttft")
+    expected = answer(p.ttft_tokens)
+    for i in range(3):  # warm-up: imports, first connection
+        await runner_turn(runner, host, config, f"ttft-warm-r{i}", keep=False)
+        await floor_turn(entry, srv.base_url, f"ttft-warm-f{i}")
+    runs: list[Turn] = []
+    floors: list[Turn] = []
+    for i in range(p.ttft_runs):
+        if i % 2:
+            floors.append(await floor_turn(entry, srv.base_url, f"ttft-f{i}"))
+            runs.append(await runner_turn(runner, host, config, f"ttft-r{i}", keep=False))
+        else:
+            runs.append(await runner_turn(runner, host, config, f"ttft-r{i}", keep=False))
+            floors.append(await floor_turn(entry, srv.base_url, f"ttft-f{i}"))
+    marks = srv.marks()
+
+    def added(turns: list[Turn]) -> list[float]:
+        return [
+            (t.first_text_ns - marks[t.key][0]) / 1e6 for t in turns if t.first_text_ns is not None and marks.get(t.key)
+        ]
+
+    r, f = added(runs), added(floors)
+    return {
+        "plugin": entry.plugin,
+        "runs": p.ttft_runs,
+        "tokens": p.ttft_tokens,
+        "token_delay_s": p.ttft_delay,
+        "correct": sum(_check(t, expected) for t in runs),
+        "runner_ms": {"median": median(r), "p95": pct(r, 95), "max": max(r)},
+        "floor_ms": {"median": median(f), "p95": pct(f, 95), "max": max(f)},
+        "kit_share_median_ms": median(r) - median(f),
+    }
+
+
+# --- 2. host traffic --------------------------------------------------------------------------
+
+
+def _bytes(results: list[Any]) -> int:
+    return sum(wire_bytes(r, i + 1) for i, r in enumerate(results))
+
+
+def naive_results(run_id: str, toks: list[str], others: list[Any]) -> list[Any]:
+    """The reference: one cumulative delta per token (built by the kit's own ResultBuilder, so
+    the shape is identical), then the same non-delta results the real run sent."""
+    b = ResultBuilder(run_id)
+    out = []
+    for tok in toks:
+        b.add_text(tok)
+        if (r := b.flush()) is not None:
+            out.append(r)
+    return out + others
+
+
+async def traffic(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]:
+    runner, host = load_runner(entry.plugin)
+    config = entry.config(srv.base_url)
+    rows = []
+
+    def row(pace: str, delay: float, n: int, t: Turn) -> dict[str, Any]:
+        toks = tokens(n)
+        size = len(answer(n).encode("utf-8"))
+        deltas = [r for r in t.results if rtype(r) == "message.delta"]
+        others = [r for r in t.results if rtype(r) != "message.delta"]
+        host_bytes = _bytes(t.results)
+        naive = _bytes(naive_results(t.results[0].run_id, toks, others))
+        return {
+            "plugin": entry.plugin,
+            "pace": pace,
+            "token_delay_s": delay,
+            "tokens": n,
+            "answer_bytes": size,
+            "correct": _check(t, answer(n)),
+            "deltas": len(deltas),
+            "results": len(t.results),
+            "host_bytes": host_bytes,
+            "ratio": host_bytes / size,
+            "naive_deltas": n,
+            "naive_bytes": naive,
+            "naive_ratio": naive / size,
+        }
+
+    for n in p.traffic_sizes:  # burst: one at a time, nothing else competing
+        srv.stream(n, 0.0, prefix=f"tr-burst-{n}-")
+        t = await runner_turn(runner, host, config, f"tr-burst-{n}-0")
+        rows.append(row("burst", 0.0, n, t))
+    for n in p.paced_sizes:
+        srv.stream(n, p.paced_delay, prefix=f"tr-paced-{n}-")
+    paced = await asyncio.gather(
+        *(runner_turn(runner, host, config, f"tr-paced-{n}-0") for n in p.paced_sizes)
+    )
+    rows += [row("paced", p.paced_delay, n, t) for n, t in zip(p.paced_sizes, paced, strict=True)]
+    srv.marks()
+    return {"plugin": entry.plugin, "rows": rows}
+
+
+def simulate(n: int, rate: float, policy: StreamPolicy) -> dict[str, Any]:
+    """The kit's ResultBuilder on a virtual clock, fed ``n`` tokens at ``rate`` tokens/s (0: all
+    at once), with max-delay ticks scheduled exactly as ``runner_kit.runner._pump`` does."""
+    clock = [0.0]
+    b = ResultBuilder("00000000-0000-4000-8000-000000000000", policy=policy, clock=lambda: clock[0])
+    out: list[Any] = [b.state("dify.conversation_id", "00000000-0000-4000-8000-000000000001")]
+    times: list[float] = []
+    tick_at: float | None = None
+    for i, tok in enumerate(tokens(n)):
+        t = i / rate if rate else 0.0
+        if tick_at is not None and tick_at <= t:
+            clock[0] = tick_at
+            tick_at = None
+            if (r := b.flush()) is not None:
+                out.append(r)
+                times.append(clock[0])
+        clock[0] = t
+        if (r := b.add_text(tok)) is not None:
+            out.append(r)
+            times.append(t)
+        if tick_at is None and (due := b.due_in()) is not None:
+            tick_at = clock[0] + due
+    end = (n - 1) / rate if rate else 0.0
+    out += [b.final_message(), b.completed(UsageTotals())]
+    times.append(end)
+    gaps = [b_ - a for a, b_ in zip(times, times[1:], strict=False)]
+    size = len(answer(n).encode("utf-8"))
+    total = _bytes(out)
+    return {
+        "tokens": n,
+        "rate_tps": rate,
+        "growth": policy.growth,
+        "max_delay_s": policy.max_delay,
+        "deltas": len(times) - 1,
+        "host_bytes": total,
+        "ratio": total / size,
+        "longest_gap_s": max(gaps) if gaps else 0.0,
+    }
+
+
+def sweep(p: Params) -> list[dict[str, Any]]:
+    size = max(p.traffic_sizes)
+    policies = [StreamPolicy(), StreamPolicy(growth=1.0), StreamPolicy(max_delay=2.0)]
+    return [simulate(size, rate, pol) for pol in policies for rate in p.sweep_rates]
+
+
+# --- 3. CPU per upstream event ----------------------------------------------------------------
+
+
+async def _timed(fn: Any, k: int) -> tuple[float, list[Turn]]:
+    gc.collect()
+    c0 = time.process_time()
+    turns = [await fn(i) for i in range(k)]
+    return time.process_time() - c0, turns
+
+
+_GROUPS = (
+    ("runner_kit/", "runner_kit (kit)"),
+    ("dify_agent/", "plugin adapter"),
+    ("/bench/", "benchmark loop"),
+    ("langbot_plugin/", "langbot_plugin SDK"),
+    ("pydantic", "pydantic"),
+    ("/httpx/", "httpx"),
+    ("/httpcore/", "httpcore"),
+    ("/h11/", "h11"),
+    ("/anyio/", "anyio"),
+    ("/asyncio/", "asyncio event loop"),
+    ("/selectors.py", "asyncio event loop"),
+    ("/json/", "json"),
+)
+
+
+def _group(filename: str, name: str) -> str:
+    if filename == "~":  # C functions: sort the big ones by what they are
+        if any(k in name for k in ("socket", "recv", "send", "select", "poll", "epoll")):
+            return "socket / epoll calls"
+        if "json" in name or "scanner" in name:
+            return "json"
+        return "other C functions"
+    for needle, group in _GROUPS:
+        if needle in filename:
+            return group
+    if "/python3" in filename or filename.startswith("<frozen"):
+        return "other stdlib"
+    return "other"
+
+
+def _profile_groups(prof: cProfile.Profile, events: int) -> dict[str, float]:
+    """Own CPU time per package, in microseconds per upstream event."""
+    st = pstats.Stats(prof)
+    out: dict[str, float] = {}
+    for (filename, _line, name), (_cc, _nc, tt, _ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
+        g = _group(filename, name)
+        out[g] = out.get(g, 0.0) + tt
+    return {k: v / events * 1e6 for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
+
+
+async def cpu(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = True) -> dict[str, Any]:
+    runner, host = load_runner(entry.plugin)
+    config = entry.config(srv.base_url)
+    rows = []
+    for pat in p.cpu_patterns:
+        srv.stream(pat.tokens, pat.delay, prefix=f"cpu-{pat.name}-")
+        expected = answer(pat.tokens)
+        seq = iter(range(10**9))
+
+        async def run_r(i: int, name: str = pat.name) -> Turn:
+            return await runner_turn(runner, host, config, f"cpu-{name}-r{next(seq)}", keep=False)
+
+        async def run_f(i: int, name: str = pat.name) -> Turn:
+            return await floor_turn(entry, srv.base_url, f"cpu-{name}-f{next(seq)}")
+
+        await run_r(0)
+        await run_f(0)
+        ratios, r_us, f_us = [], [], []
+        correct = True
+        events = 0
+        for rnd in range(p.cpu_rounds):
+            if rnd % 2:
+                fc, fturns = await _timed(run_f, pat.runs)
+                rc, rturns = await _timed(run_r, pat.runs)
+            else:
+                rc, rturns = await _timed(run_r, pat.runs)
+                fc, fturns = await _timed(run_f, pat.runs)
+            correct = correct and all(_check(t, expected) for t in rturns + fturns)
+            events = sum(t.events for t in fturns)  # the same bytes reach both clients
+            ratios.append(rc / fc)
+            r_us.append(rc / events * 1e6)
+            f_us.append(fc / events * 1e6)
+        row: dict[str, Any] = {
+            "plugin": entry.plugin,
+            "pattern": pat.name,
+            "tokens_per_run": pat.tokens,
+            "token_delay_s": pat.delay,
+            "runs_per_batch": pat.runs,
+            "rounds": p.cpu_rounds,
+            "events_per_run": events // pat.runs,
+            "correct": correct,
+            "runner_us_per_event": median(r_us),
+            "floor_us_per_event": median(f_us),
+            "ratio": median(ratios),
+            "ratio_min": min(ratios),
+            "ratio_max": max(ratios),
+        }
+        if profile:
+            prof = {}
+            for label, fn in (("runner", run_r), ("floor", run_f)):
+                pr = cProfile.Profile(time.process_time)  # CPU time: waiting in epoll is not cost
+                gc.collect()
+                pr.enable()
+                turns = [await fn(i) for i in range(pat.runs)]
+                pr.disable()
+                prof[label] = _profile_groups(pr, events)
+                del turns
+            row["profile_us_per_event"] = prof
+        rows.append(row)
+        srv.marks()
+    return {"plugin": entry.plugin, "rows": rows}
+
+
+# --- 4. concurrency ---------------------------------------------------------------------------
+
+
+def stream_policy(plugin: str, config: dict[str, Any]) -> StreamPolicy:
+    """The delta policy the plugin's runner applies with this config."""
+    from runners_cli.plugins import find, load_runner_class
+
+    return StreamPolicy.from_config(load_runner_class(find(plugin)).schema.load(config))
+
+
+def delta_latencies(deltas: list[list[int]], writes: list[int], pre: list[int], policy: StreamPolicy) -> list[float]:
+    """Per delta: ms from when a zero-cost client applying the same policy would have sent it
+    to when the host got it. A delta whose growth rule holds at its newest token is due when that
+    token was written; any other delta is a max-delay flush, due ``max_delay`` after the first
+    token it adds was written. So coalescing by design is not counted as latency."""
+    out = []
+    sent = 0
+    for t_recv, chars in deltas:
+        k = tokens_in(pre, chars)  # tokens the delta holds
+        first_new = tokens_in(pre, sent)  # index of the first token the previous delta lacked
+        pending = chars - sent
+        if not 0 < k <= len(writes) or first_new >= len(writes):
+            sent = chars
+            continue
+        if sent == 0 or (pending >= policy.min_chars and pending >= policy.growth * sent):
+            due = writes[k - 1]
+        else:
+            due = writes[first_new] + int(policy.max_delay * 1e9)
+        out.append((t_recv - due) / 1e6)
+        sent = chars
+    return out
+
+
+def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]:
+    srv.stream(p.conc_tokens, p.conc_delay, prefix="cc")
+    pre = prefix_lengths(tokens(p.conc_tokens))
+    policy = stream_policy(entry.plugin, entry.config(srv.base_url))
+    rows = []
+    for n in p.conc_ns:
+        row: dict[str, Any] = {"plugin": entry.plugin, "n": n, "tokens": p.conc_tokens, "token_delay_s": p.conc_delay}
+        for mode in ("runner", "floor"):
+            c0 = srv.stats()["connections_accepted"]
+            with tempfile.TemporaryDirectory() as tmp:
+                out_path = os.path.join(tmp, "out.json")
+                proc = subprocess.run(
+                    [
+                        sys.executable, "-m", "bench.worker", "--plugin", entry.plugin,
+                        "--base-url", srv.base_url, "--mode", mode, "--n", str(n),
+                        "--tokens", str(p.conc_tokens), "--tag", f"cc{n}{mode}", "--out", out_path,
+                    ],
+                    cwd=ROOT, capture_output=True, text=True, timeout=600,
+                )  # fmt: skip
+                if proc.returncode != 0:
+                    raise RuntimeError(f"bench.worker failed:\n{proc.stderr[-3000:]}")
+                with open(out_path, encoding="utf-8") as f:
+                    out = json.load(f)
+            marks = srv.marks()
+            stats = srv.stats()
+            lat: list[float] = []
+            for key, deltas in out["deltas"].items():
+                m = marks.get(key) or []
+                if mode == "runner":
+                    lat += delta_latencies(deltas, m, pre, policy)
+                else:  # the floor sees every token: from its write to its parse
+                    lat += [(t - w) / 1e6 for (t, _), w in zip(deltas, m, strict=False)]
+            row[mode] = {
+                "ok": out["ok"],
+                "failures": out["failures"],
+                "wall_s": out["wall_s"],
+                "rss_start_mb": out["rss_start_kb"] / 1024,
+                "rss_peak_mb": out["rss_peak_kb"] / 1024,
+                "latency_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "samples": len(lat)},
+                "connections": stats["connections_accepted"] - c0,
+            }
+        row["added_p99_ms"] = row["runner"]["latency_ms"]["p99"] - row["floor"]["latency_ms"]["p99"]
+        rows.append(row)
+    return {"plugin": entry.plugin, "rows": rows}
+
+
+# --- 5. connections ---------------------------------------------------------------------------
+
+
+async def connections(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]:
+    runner, host = load_runner(entry.plugin)
+    config = entry.config(srv.base_url)
+    srv.stream(5, 0.0, prefix="conn")
+    expected = answer(5)
+    await close_shared_client()
+    c0 = srv.stats()["connections_accepted"]
+    correct = 0
+    for i in range(p.conn_runs):
+        correct += _check(await runner_turn(runner, host, config, f"conn-r{i}", keep=False), expected)
+    await close_shared_client()  # the floor starts with an empty pool too
+    await asyncio.sleep(0.05)
+    c1 = srv.stats()["connections_accepted"]
+    for i in range(p.conn_runs):
+        await floor_turn(entry, srv.base_url, f"conn-f{i}")
+    await asyncio.sleep(0.05)
+    c2 = srv.stats()["connections_accepted"]
+    srv.marks()
+    return {
+        "plugin": entry.plugin,
+        "runs": p.conn_runs,
+        "correct": correct,
+        "runner_connections": c1 - c0,
+        "floor_connections": c2 - c1,
+        "pool_max_connections": POOL_LIMITS.max_connections,
+        "pool_keepalive": POOL_LIMITS.max_keepalive_connections,
+    }
+
+
+# --- 6. coding-agent runners ------------------------------------------------------------------
+
+
+async def coding_agents(p: Params) -> dict[str, Any]:
+    """Steering latency and follow-up cost for each coding-agent runner in the registry."""
+    if not CODING_AGENTS:
+        return {"status": "not applicable", "reason": "no coding-agent runner has landed", "rows": []}
+    rows = []
+    for entry in CODING_AGENTS:
+        agent = entry.start_agent()
+        try:
+            rows.append(await _coding_agent(entry, agent, p))
+        finally:
+            entry.stop_agent(agent)
+    return {"status": "measured", "rows": rows}
+
+
+async def _coding_agent(entry: Any, agent: Any, p: Params) -> dict[str, Any]:
+    runner, host = load_runner(entry.plugin)
+    config = entry.config(agent)
+    # follow-up latency: queue a steering message while a turn is open, time until the agent has it
+    entry.long_turn(agent)
+    ctx = host.make_context("start", config=config, steering=True)
+    latencies = []
+
+    async def consume() -> None:
+        async for result in runner.invoke(ctx):
+            host.apply_result(ctx.run_id, result)
+
+    task = asyncio.create_task(consume())
+    try:
+        for i in range(5):
+            text = f"follow-up {i}"
+            t0 = now_ns()
+            host.queue_steering(ctx, text)
+            while (t1 := entry.received(agent, text)) is None:
+                if task.done():
+                    raise RuntimeError("the turn ended before the follow-up was received")
+                await asyncio.sleep(0.001)
+            latencies.append((t1 - t0) / 1e6)
+    finally:
+        entry.finish_turn(agent)
+        await asyncio.wait_for(task, 60)
+    # follow-up turn in the same process vs a turn in a new process
+    t0 = time.perf_counter()
+    await runner_turn(runner, host, config, "second turn", keep=False)
+    same = time.perf_counter() - t0
+    code = (
+        "import asyncio, sys\n"
+        "from bench.drive import load_runner, runner_turn\n"
+        f"async def main():\n    r, h = load_runner({entry.plugin!r})\n"
+        f"    await runner_turn(r, h, {config!r}, 'fresh turn', keep=False)\n"
+        "asyncio.run(main())\n"
+    )
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=600)
+    fresh = time.perf_counter() - t0
+    return {
+        "plugin": entry.plugin,
+        "steering_ms": {"median": median(latencies), "p95": pct(latencies, 95)},
+        "same_process_turn_s": same,
+        "new_process_turn_s": fresh,
+        "ratio": same / fresh,
+    }
