@@ -59,7 +59,7 @@ def default_error(status: int, body: bytes, content_type: str, platform: str = "
         except ValueError:
             doc = None
         if isinstance(doc, dict):
-            inner = doc.get("error") if isinstance(doc.get("error"), dict) else doc
+            inner: dict[str, Any] = doc["error"] if isinstance(doc.get("error"), dict) else doc
             msg = inner.get("message") or inner.get("msg") or inner.get("detail") or ""
             ecode = inner.get("code") or inner.get("type") or ""
             detail = f"{ecode}: {msg}" if ecode and msg else str(msg or ecode)

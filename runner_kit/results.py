@@ -210,7 +210,7 @@ class ResultBuilder:
         """Seconds until unsent text must go out, or None when nothing is pending."""
         if self._dirty_since is None:
             return None
-        return max(0.0, self._dirty_since + self.policy.max_delay - self._clock())
+        return max(0.0, self._dirty_since + self.policy.max_delay - float(self._clock()))
 
     def flush(self) -> RunnerResult | None:
         """Send a delta for any unsent text now."""

@@ -13,11 +13,12 @@ import asyncio
 import logging
 import time
 import traceback
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from functools import cached_property
 from typing import Any, ClassVar
 
+import httpx
 from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
@@ -68,7 +69,7 @@ class RunEnv:
         return left
 
     @cached_property
-    def client(self):
+    def client(self) -> httpx.AsyncClient:
         return shared_client()
 
     @cached_property
@@ -98,13 +99,13 @@ class Adapter:
         """Best effort: tell the upstream to stop work for this run (host cancelled)."""
 
 
-class KitRunner(Runner):
+class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type information
     """A LangBot Runner driven by an :class:`Adapter`; subclasses set ``adapter`` and ``schema``."""
 
     adapter: ClassVar[type[Adapter]]
     schema: ClassVar[ConfigSchema]
 
-    async def run(self, ctx: RunnerContext) -> AsyncIterator[RunnerResult]:
+    async def run(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
         async with aclosing(drive(ctx, type(self).adapter, type(self).schema)) as results:
             async for result in results:
                 yield result
@@ -122,7 +123,9 @@ class _Raised:
         self.exc = exc
 
 
-async def drive(ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSchema) -> AsyncIterator[RunnerResult]:
+async def drive(
+    ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSchema
+) -> AsyncGenerator[RunnerResult, None]:
     """Run one turn through ``adapter_cls`` and yield results; never raises (except cancellation)."""
     builder = ResultBuilder(ctx.run_id)
     usage = UsageTotals()
@@ -173,7 +176,9 @@ async def drive(ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSc
         yield builder.failed("runner.internal", redact(f"internal error: {type(exc).__name__}: {exc}"), False, usage)
 
 
-async def _pump(adapter: Adapter, env: RunEnv, builder: ResultBuilder, usage: UsageTotals) -> AsyncIterator[RunnerResult]:
+async def _pump(
+    adapter: Adapter, env: RunEnv, builder: ResultBuilder, usage: UsageTotals
+) -> AsyncGenerator[RunnerResult, None]:
     """Run the adapter in a task and translate its events; timers feed ticks into the same queue."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()

@@ -23,7 +23,7 @@ class SessionHandle:
     def set(self, value: Any) -> bool:
         """Adopt a new upstream id; True when it differs from what was current."""
         value = value or None
-        changed = value != self.current
+        changed = bool(value != self.current)
         self.current = value
         return changed
 

@@ -429,7 +429,7 @@ class ConcatJSONDecoder:
         ascii_text = text.isascii()
         ws = _WS.match
         while True:
-            pos = ws(text, pos).end()
+            pos = ws(text, pos).end()  # type: ignore[union-attr]  # \s* always matches
             if pos >= n:
                 return
             c = text[pos]
