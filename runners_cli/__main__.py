@@ -51,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
     p_chat.add_argument("--conversation", default="cli", metavar="ID", help='conversation id (default: "cli")')
     p_chat.add_argument("--user", default=None, metavar="ID", help="the sender's user id")
     p_chat.add_argument("-v", "--verbose", action="store_true", help="show the runner's log records")
+    p_new = sub.add_parser("new", help="start a new plugin directory in the shared shape")
+    p_new.add_argument("directory", help="directory name, e.g. coze-agent")
+    p_new.add_argument("name", help="plugin name, e.g. CozeAgent")
+    p_new.add_argument("--platform", required=True, help='display name of the platform, e.g. "Coze"')
     return parser
 
 
@@ -111,7 +115,19 @@ def cmd_chat(args: argparse.Namespace) -> int:
     )
 
 
-COMMANDS = {"list": cmd_list, "build": cmd_build, "chat": cmd_chat}
+def cmd_new(args: argparse.Namespace) -> int:
+    from .scaffold import scaffold
+
+    try:
+        path = scaffold(args.directory, args.name, args.platform)
+    except (ValueError, FileExistsError) as exc:
+        print(f"runners new: {exc}", file=sys.stderr)
+        return 2
+    print(f"created {path}; next: write the adapter, add a PluginCase in tests/contract/cases.py")
+    return 0
+
+
+COMMANDS = {"list": cmd_list, "build": cmd_build, "chat": cmd_chat, "new": cmd_new}
 
 
 def main(argv: list[str] | None = None) -> int:

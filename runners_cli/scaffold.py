@@ -1,0 +1,234 @@
+"""``runners new``: start a plugin in the same shape as every other one (style.md's module layout)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from .plugins import ROOT
+
+_MANIFEST = """\
+apiVersion: v1
+kind: Plugin
+metadata:
+  author: langbot-team
+  name: {name}
+  repository: 'https://github.com/langbot-app/langbot-agent-runners'
+  version: 0.3.0
+  description:
+    en_US: 'Use {platform} as the agent behind a LangBot chat.'
+    zh_Hans: '将 {platform} 作为 LangBot 对话背后的智能体。'
+  label:
+    en_US: {platform} Agent
+    zh_Hans: {platform} 智能体
+  icon: assets/icon.svg
+spec:
+  config: []
+  components:
+    Runner:
+      fromDirs:
+        - path: components/runner/
+execution:
+  python:
+    path: main.py
+    attr: {name}Plugin
+"""
+
+_MAIN = '''\
+"""{name} plugin entry point."""
+
+from __future__ import annotations
+
+from langbot_plugin.api.definition.plugin import BasePlugin
+
+
+class {name}Plugin(BasePlugin):
+    """Binds {platform} to LangBot as an agent runner."""
+
+    async def initialize(self) -> None:
+        pass
+'''
+
+_RUNNER_YAML = """\
+apiVersion: langbot/v1
+kind: Runner
+metadata:
+  name: default
+  label:
+    en_US: {platform}
+    zh_Hans: {platform}
+  description:
+    en_US: Answer with {platform}, streaming as it generates.
+    zh_Hans: 使用 {platform} 回答，边生成边流式输出。
+spec:
+  usages: [agent]
+  capabilities:
+    streaming: true
+    tool_calling: false
+    knowledge_retrieval: false
+    multimodal_input: false
+    skill_authoring: false
+    interrupt: false
+    steering: false
+    interactions: false
+  permissions:
+    models: []
+    tools: []
+    knowledge_bases: []
+    history: []
+    events: []
+    storage: []
+    interactions: []
+  config:
+    - name: base-url
+      type: string
+      required: true
+      default: ""
+      label: {{en_US: API base URL, zh_Hans: API 地址}}
+      description: {{en_US: The {platform} API address., zh_Hans: {platform} API 地址。}}
+    - name: api-key
+      type: secret
+      required: true
+      label: {{en_US: API key, zh_Hans: API 密钥}}
+      description: {{en_US: The {platform} API key., zh_Hans: {platform} API 密钥。}}
+    - name: timeout
+      type: float
+      default: 120
+      label: {{en_US: Timeout (seconds), zh_Hans: 超时时间（秒）}}
+      description:
+        en_US: The longest a whole answer may take; LangBot also stops the run at this limit.
+        zh_Hans: 一次回答的最长时间；LangBot 也会在此时限终止运行。
+    - name: remove-think
+      type: boolean
+      default: false
+      label: {{en_US: Hide reasoning, zh_Hans: 隐藏思考过程}}
+      description: {{en_US: Drop reasoning from the reply., zh_Hans: 从回复中去除思考内容。}}
+execution:
+  python:
+    path: ./default.py
+    attr: {name}Runner
+"""
+
+_RUNNER_PY = '''\
+"""{name} runner: the kit's runner driven by the {platform} adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    from runner_kit.config import ConfigSchema
+    from runner_kit.runner import KitRunner
+except ImportError as exc:  # packaged without the shared kit
+    raise ImportError(
+        "{name} is missing its bundled runner_kit. Build the plugin from the langbot-agent-runners "
+        "repository with `uv run runners build {dirname}` (plain `lbp build` does not include the kit)."
+    ) from exc
+
+from {pkg}.adapter import {cls}Adapter
+
+
+class {name}Runner(KitRunner):
+    """Answers with {platform}."""
+
+    adapter = {cls}Adapter
+    schema = ConfigSchema.from_yaml(Path(__file__).with_suffix(".yaml"))
+'''
+
+_CONST = '''\
+"""{platform} names: endpoints, stream event names and the state key."""
+
+PLATFORM = "{platform}"
+SESSION_KEY = "{key}.session_id"
+'''
+
+_ADAPTER = '''\
+"""{platform} adapter.
+
+Stream event order: (document the platform's event sequence here, from platforms.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from runner_kit import events as ev
+from runner_kit.errors import RunnerError
+from runner_kit.runner import Adapter
+
+from . import const
+
+
+class {cls}Adapter(Adapter):
+    """Maps one LangBot turn onto the {platform} API."""
+
+    platform = const.PLATFORM
+    session_key = const.SESSION_KEY
+
+    async def stream(self) -> AsyncIterator[ev.Event]:
+        # Build the request from self.env.config / self.env.input / self.env.session.current,
+        # open it with runner_kit.http.open_stream(self.env.client, ..., budget=self.env.budget()),
+        # read it with runner_kit.streams, and yield ev.Text / ev.Think / ev.Usage / ev.SessionId ...
+        raise RunnerError("runner.internal", "the {platform} adapter is not written yet")
+        yield  # pragma: no cover
+'''
+
+_README = """\
+# {name} — {platform} as a LangBot agent
+
+Runner id: `plugin:langbot-team/{name}/default` · version 0.3.0
+
+## Configuration
+
+| key | type | default | meaning |
+|---|---|---|---|
+| `base-url` | string | — | the {platform} API address |
+| `api-key` | secret | — | the {platform} API key |
+| `timeout` | float (seconds) | `120` | longest a whole answer may take |
+| `remove-think` | boolean | `false` | drop reasoning from the reply |
+
+## Limits
+
+## 中文说明
+"""
+
+_ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64" width="64" height="64">'
+    '<rect width="64" height="64" rx="14" fill="#444"/></svg>\n'
+)
+
+REQUIREMENTS = "langbot-plugin>=0.7.16,<0.8\nhttpx>=0.27\npydantic>=2.7\npyyaml>=6\n"
+
+
+def scaffold(dirname: str, name: str, platform: str, root: Path = ROOT) -> Path:
+    """Create ``root/dirname`` as a new plugin named ``name`` (e.g. coze-agent, CozeAgent)."""
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", dirname):
+        raise ValueError("the directory name is lower-case words joined by '-', e.g. coze-agent")
+    if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", name):
+        raise ValueError("the plugin name is CamelCase, e.g. CozeAgent")
+    target = root / dirname
+    if target.exists():
+        raise FileExistsError(f"{target} already exists")
+    pkg = dirname.replace("-", "_")
+    cls = name[:-5] if name.endswith("Agent") and len(name) > 5 else name
+    fields = {"name": name, "platform": platform, "pkg": pkg, "cls": cls, "dirname": dirname,
+              "key": pkg.split("_")[0]}
+    files = {
+        "manifest.yaml": _MANIFEST,
+        "main.py": _MAIN,
+        "components/__init__.py": "",
+        "components/runner/__init__.py": "",
+        "components/runner/default.yaml": _RUNNER_YAML,
+        "components/runner/default.py": _RUNNER_PY,
+        f"{pkg}/__init__.py": f'"""{platform} adapter for the {name} LangBot runner."""\n',
+        f"{pkg}/const.py": _CONST,
+        f"{pkg}/adapter.py": _ADAPTER,
+        "requirements.txt": REQUIREMENTS,
+        "README.md": _README,
+        "assets/icon.svg": _ICON,
+    }
+    for rel, template in files.items():
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(template.format(**fields) if template else "", encoding="utf-8")
+    return target
