@@ -45,6 +45,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    # everything here talks to 127.0.0.1; the kit's client honours proxy settings, so keep
+    # loopback off any configured proxy (the worker and server processes inherit this)
+    no_proxy = os.environ.get("NO_PROXY") or os.environ.get("no_proxy") or ""
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(
+        x for x in (no_proxy, "127.0.0.1", "localhost") if x
+    )
     p = Params.quick_run() if args.quick else Params()
     if args.ttft_tokens:
         p.ttft_tokens = args.ttft_tokens
@@ -78,7 +84,9 @@ def main(argv: list[str] | None = None) -> int:
                 s["traffic"].append(sections.run_section(sections.traffic(entry, srv, p)))
             if "cpu" in only:
                 _log(f"{entry.plugin}: 3. CPU per event")
-                s["cpu"].append(sections.run_section(sections.cpu(entry, srv, p, profile=not args.no_profile)))
+                s["cpu"].append(
+                    sections.run_section(sections.cpu(entry, srv, p, profile=not args.no_profile))
+                )
             if "concurrency" in only:
                 _log(f"{entry.plugin}: 4. concurrency")
                 s["concurrency"].append(sections.concurrency(entry, srv, p))

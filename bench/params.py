@@ -26,7 +26,7 @@ class Params:
     paced_delay: float = 0.02  # 50 tokens/s, a typical hosted-LLM rate
     sweep_rates: tuple[float, ...] = (0.0, 200.0, 100.0, 50.0, 25.0)  # tokens/s, 0 = burst
     # 3. CPU per upstream event
-    cpu_rounds: int = 5
+    cpu_rounds: int = 7
     cpu_patterns: list[CpuPattern] = field(
         default_factory=lambda: [CpuPattern("paced", 400, 0.001, 3), CpuPattern("burst", 2000, 0.0, 5)]
     )
@@ -52,5 +52,4 @@ class Params:
             conc_ns=(50,),
             conc_tokens=10,
             conc_delay=0.05,
-            conn_runs=20,
         )

@@ -93,7 +93,13 @@ def _dify_floor_request(base_url: str, text: str) -> dict[str, Any]:
         "method": "POST",
         "url": base_url + "/chat-messages",
         "headers": {"Authorization": f"Bearer {_DIFY_KEY}"},
-        "json": {"inputs": {}, "query": text, "response_mode": "streaming", "user": "bench", "conversation_id": ""},
+        "json": {
+            "inputs": {},
+            "query": text,
+            "response_mode": "streaming",
+            "user": "bench",
+            "conversation_id": "",
+        },
     }
 
 

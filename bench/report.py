@@ -95,7 +95,7 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "plugin": c["plugin"],
                 "measured": f"{c['runner_connections']}",
                 "reference": f"floor: {c['floor_connections']}",
-                "target": f"≤ pool size ({c['pool_keepalive']} kept alive, {c['pool_max_connections']} max)",
+                "target": f"≤ pool size ({c['pool_keepalive']} kept alive)",
                 "status": MET if ok else MISSED,
             }
         )
@@ -149,7 +149,10 @@ def _table(head: list[str], rows: list[list[Any]]) -> str:
 def summary_table(data: dict[str, Any]) -> str:
     return _table(
         ["Figure", "Plugin", "Measured", "Reference (same run)", "Target", "Status"],
-        [[r["figure"], r["plugin"], r["measured"], r["reference"], r["target"], r["status"]] for r in data["targets"]],
+        [
+            [r["figure"], r["plugin"], r["measured"], r["reference"], r["target"], r["status"]]
+            for r in data["targets"]
+        ],
     )
 
 
@@ -237,7 +240,11 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
         prof_parts = []
         for c in s["cpu"]:
             for r in c["rows"]:
-                pace = "all at once" if not r["token_delay_s"] else f"one event every {r['token_delay_s'] * 1000:g} ms"
+                pace = (
+                    "all at once"
+                    if not r["token_delay_s"]
+                    else f"one event every {r['token_delay_s'] * 1000:g} ms"
+                )
                 rows.append(
                     [r["plugin"], r["pattern"], pace, r["events_per_run"], f"{r['runs_per_batch']} × {r['rounds']}",
                      _f(r["runner_us_per_event"], 1), _f(r["floor_us_per_event"], 1),
@@ -246,11 +253,14 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
                 )  # fmt: skip
                 prof = r.get("profile_us_per_event")
                 if prof:
-                    groups = sorted(set(prof["runner"]) | set(prof["floor"]), key=lambda g: -prof["runner"].get(g, 0))
+                    groups = sorted(
+                        set(prof["runner"]) | set(prof["floor"]), key=lambda g: -prof["runner"].get(g, 0)
+                    )
                     prof_parts += [
                         "",
                         f"cProfile, {r['plugin']} / {r['pattern']}: own CPU time per upstream event by package "
-                        "(µs; profiler overhead inflates both columns alike)",
+                        "(µs; the profiler's own overhead inflates both columns; time blocked waiting for the "
+                        "next event is left out)",
                         "",
                         _table(
                             ["Package", "Runner path", "Floor", "Difference"],
@@ -262,6 +272,17 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
                             ],
                         ),
                     ]  # fmt: skip
+        for c in s["cpu"]:
+            pr = c.get("sniffio_probe")
+            if pr:
+                prof_parts += [
+                    "",
+                    f"httpcore's async-library probe, {c['plugin']}: sniffio "
+                    f"{'installed' if pr['sniffio_installed'] else '**not installed**'}; "
+                    f"{_f(pr['us_per_call'], 1)} µs CPU per call; calls per run: runner "
+                    f"{_f(pr['calls_per_run']['runner'], 1)}, floor {_f(pr['calls_per_run']['floor'], 1)} "
+                    f"(= {_f(pr['ms_per_run']['runner'], 2)} / {_f(pr['ms_per_run']['floor'], 2)} ms CPU per run).",
+                ]
         parts += [
             "",
             "## 3. CPU per upstream event",
@@ -283,12 +304,13 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
         for c in s["concurrency"]:
             for r in c["rows"]:
                 run, flo = r["runner"], r["floor"]
+                kit = r.get("kit") or {"latency_ms": {"p50": math.nan, "p99": math.nan}}
                 fails = ", ".join(f"{v} × {k}" for k, v in run["failures"].items()) or "–"
                 rows.append(
                     [r["plugin"], r["n"], f"{run['ok']}/{r['n']}", fails, f"{_f(run['wall_s'])} / {_f(flo['wall_s'])}",
                      f"{_f(run['rss_peak_mb'], 0)} / {_f(flo['rss_peak_mb'], 0)} (start {_f(run['rss_start_mb'], 0)})",
-                     f"{_f(run['latency_ms']['p50'], 1)} / {_f(flo['latency_ms']['p50'], 1)}",
-                     f"{_f(run['latency_ms']['p99'], 1)} / {_f(flo['latency_ms']['p99'], 1)}",
+                     f"{_f(run['latency_ms']['p50'], 1)} / {_f(kit['latency_ms']['p50'], 1)} / {_f(flo['latency_ms']['p50'], 1)}",
+                     f"{_f(run['latency_ms']['p99'], 1)} / {_f(kit['latency_ms']['p99'], 1)} / {_f(flo['latency_ms']['p99'], 1)}",
                      _f(r["added_p99_ms"], 1), f"{run['connections']} / {flo['connections']}"]
                 )  # fmt: skip
         first = s["concurrency"][0]["rows"][0] if s["concurrency"][0]["rows"] else None
@@ -301,7 +323,8 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
              f"{first['token_delay_s'] * 1000:g} ms apart. Latency per delta: from when a zero-cost client "
              "applying the same delta policy would have sent it (the write of its newest token, or "
              "max-delay after its first new token for a timed flush) to the host receiving it; floor: "
-             "from each token's write to its parse. Cells are runner / floor.") if first else "",
+             "from each token's write to its parse. Cells are runner / floor; latency cells are runner / "
+             "kit only (`runner.run` without the SDK's `Runner.invoke` wrapper) / floor.") if first else "",
             "",
             _table(
                 ["Plugin", "N", "Complete", "Failures", "Wall (s)", "Peak RSS (MB)", "p50 latency (ms)",
@@ -320,7 +343,7 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
                 ["Plugin", "Runs", "Runner connections", "Floor connections", "Pool (keep-alive / max)", "Correct"],
                 [
                     [c["plugin"], c["runs"], c["runner_connections"], c["floor_connections"],
-                     f"{c['pool_keepalive']} / {c['pool_max_connections']}", f"{c['correct']}/{c['runs']}"]
+                     f"{c['pool_keepalive']} / {c['pool_max_connections'] or 'unlimited'}", f"{c['correct']}/{c['runs']}"]
                     for c in s["connections"]
                 ],
             ),
@@ -372,6 +395,10 @@ def chart(data: dict[str, Any], path: str) -> None:
     ax.bar([i - 0.2 for i in x], run, 0.4, label="runner (median)", color="#3b75af")
     ax.bar([i + 0.2 for i in x], flo, 0.4, label="floor (median)", color="#b0b0b0")
     ax.axhline(TTFT_MS, color="#c0392b", ls="--", lw=1, label=f"target {TTFT_MS:g} ms")
+    for i in x:
+        ax.annotate(_f(run[i]), (i - 0.2, run[i]), ha="center", va="bottom", fontsize=8)
+        ax.annotate(_f(flo[i]), (i + 0.2, flo[i]), ha="center", va="bottom", fontsize=8)
+    ax.set_xlim(-0.8, max(len(labels), 2) - 0.2)
     ax.set_xticks(list(x), labels)
     ax.set_ylabel("ms")
     ax.set_title("1. Added time to first text")
@@ -384,7 +411,9 @@ def chart(data: dict[str, Any], path: str) -> None:
             if not rows:
                 continue
             lab = "all at once" if pace == "burst" else f"{1 / rows[0]['token_delay_s']:g} tok/s"
-            ax.plot([r["tokens"] for r in rows], [r["ratio"] for r in rows], style, label=f"{tr['plugin']}, {lab}")
+            ax.plot(
+                [r["tokens"] for r in rows], [r["ratio"] for r in rows], style, label=f"{tr['plugin']}, {lab}"
+            )
         naive = [r for r in tr["rows"] if r["pace"] == "burst"]
         ax.plot([r["tokens"] for r in naive], [r["naive_ratio"] for r in naive], "x:", color="#888",
                 label="naive (delta per token)")  # fmt: skip
@@ -403,6 +432,9 @@ def chart(data: dict[str, Any], path: str) -> None:
             labels.append(f"{r['plugin']}\n{r['pattern']}")
             vals.append(r["ratio"])
     ax.bar(range(len(vals)), vals, 0.5, color="#3b75af")
+    for i, v in enumerate(vals):
+        ax.annotate(f"{_f(v)}×", (i, v), ha="center", va="bottom", fontsize=8)
+    ax.set_xlim(-0.8, max(len(vals), 2) - 0.2)
     ax.axhline(1.0, color="#888", lw=1, label="floor = 1")
     ax.axhline(CPU_RATIO, color="#c0392b", ls="--", lw=1, label=f"target {CPU_RATIO:g}×")
     ax.set_xticks(range(len(vals)), labels, fontsize=8)
@@ -420,6 +452,7 @@ def chart(data: dict[str, Any], path: str) -> None:
                 ax.annotate(f"{r['n'] - r['runner']['ok']} failed", (r["n"], r["runner"]["rss_peak_mb"]),
                             textcoords="offset points", xytext=(-30, 8), fontsize=8, color="#c0392b")  # fmt: skip
     ax.axhline(RSS_MB, color="#c0392b", ls="--", lw=1, label=f"target {RSS_MB:g} MB")
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("concurrent runs")
     ax.set_ylabel("peak RSS (MB)")
     ax.set_title("4. Concurrency")

@@ -69,7 +69,9 @@ async def ttft(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]:
 
     def added(turns: list[Turn]) -> list[float]:
         return [
-            (t.first_text_ns - marks[t.key][0]) / 1e6 for t in turns if t.first_text_ns is not None and marks.get(t.key)
+            (t.first_text_ns - marks[t.key][0]) / 1e6
+            for t in turns
+            if t.first_text_ns is not None and marks.get(t.key)
         ]
 
     r, f = added(runs), added(floors)
@@ -188,7 +190,11 @@ def simulate(n: int, rate: float, policy: StreamPolicy) -> dict[str, Any]:
 
 def sweep(p: Params) -> list[dict[str, Any]]:
     size = max(p.traffic_sizes)
-    policies = [StreamPolicy(), StreamPolicy(growth=1.0), StreamPolicy(max_delay=2.0)]
+    default = StreamPolicy()
+    policies: list[StreamPolicy] = []
+    for pol in (default, StreamPolicy(growth=0.5), StreamPolicy(growth=1.0), StreamPolicy(max_delay=2.0)):
+        if all((pol.growth, pol.max_delay) != (q.growth, q.max_delay) for q in policies):
+            policies.append(pol)
     return [simulate(size, rate, pol) for pol in policies for rate in p.sweep_rates]
 
 
@@ -218,9 +224,14 @@ _GROUPS = (
 )
 
 
+IDLE = "idle"
+
+
 def _group(filename: str, name: str) -> str:
     if filename == "~":  # C functions: sort the big ones by what they are
-        if any(k in name for k in ("socket", "recv", "send", "select", "poll", "epoll")):
+        if "poll" in name and "epoll" in name:
+            return IDLE  # the loop waiting for the next event: wall time, not CPU
+        if any(k in name for k in ("socket", "recv", "send", "select")):
             return "socket / epoll calls"
         if "json" in name or "scanner" in name:
             return "json"
@@ -239,7 +250,8 @@ def _profile_groups(prof: cProfile.Profile, events: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for (filename, _line, name), (_cc, _nc, tt, _ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
         g = _group(filename, name)
-        out[g] = out.get(g, 0.0) + tt
+        if g != IDLE:
+            out[g] = out.get(g, 0.0) + tt
     return {k: v / events * 1e6 for k, v in sorted(out.items(), key=lambda kv: -kv[1])}
 
 
@@ -252,11 +264,11 @@ async def cpu(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = Tru
         expected = answer(pat.tokens)
         seq = iter(range(10**9))
 
-        async def run_r(i: int, name: str = pat.name) -> Turn:
+        async def run_r(i: int, name: str = pat.name, seq: Any = seq) -> Turn:
             return await runner_turn(runner, host, config, f"cpu-{name}-r{next(seq)}", keep=False)
 
-        async def run_f(i: int, name: str = pat.name) -> Turn:
-            return await floor_turn(entry, srv.base_url, f"cpu-{name}-f{next(seq)}")
+        async def run_f(i: int, name: str = pat.name, seq: Any = seq) -> Turn:
+            return await floor_turn(entry, srv.base_url, f"cpu-{name}-f{next(seq)}", timed=False)
 
         await run_r(0)
         await run_f(0)
@@ -293,7 +305,7 @@ async def cpu(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = Tru
         if profile:
             prof = {}
             for label, fn in (("runner", run_r), ("floor", run_f)):
-                pr = cProfile.Profile(time.process_time)  # CPU time: waiting in epoll is not cost
+                pr = cProfile.Profile()  # wall clock; the time blocked in epoll is dropped below
                 gc.collect()
                 pr.enable()
                 turns = [await fn(i) for i in range(pat.runs)]
@@ -303,7 +315,52 @@ async def cpu(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = Tru
             row["profile_us_per_event"] = prof
         rows.append(row)
         srv.marks()
-    return {"plugin": entry.plugin, "rows": rows}
+    srv.stream(p.cpu_patterns[0].tokens, 0.0, prefix="cpu-probe-")
+    probe = await sniffio_probe(
+        lambda i: runner_turn(runner, host, config, f"cpu-probe-r{i}", keep=False),
+        lambda i: floor_turn(entry, srv.base_url, f"cpu-probe-f{i}"),
+    )
+    srv.marks()
+    return {"plugin": entry.plugin, "rows": rows, "sniffio_probe": probe}
+
+
+async def sniffio_probe(run_r: Any, run_f: Any, k: int = 5) -> dict[str, Any]:
+    """httpcore asks ``current_async_library()`` for every lock, event and cancel shield it makes;
+    that tries ``import sniffio`` and, when sniffio is not installed, the failed import searches
+    sys.path each time. Count the calls per run and time one call, in this process."""
+    import importlib.util
+
+    import httpcore._backends.auto as auto
+    import httpcore._synchronization as sync
+
+    original = sync.current_async_library
+    calls = [0]
+
+    def counting() -> str:
+        calls[0] += 1
+        return original()
+
+    per_run = {}
+    sync.current_async_library = auto.current_async_library = counting  # type: ignore[assignment]
+    try:
+        for label, fn in (("runner", run_r), ("floor", run_f)):
+            calls[0] = 0
+            for i in range(k):
+                await fn(i)
+            per_run[label] = calls[0] / k
+    finally:
+        sync.current_async_library = auto.current_async_library = original  # type: ignore[assignment]
+    n = 200
+    t0 = time.process_time()
+    for _ in range(n):
+        original()
+    us = (time.process_time() - t0) / n * 1e6
+    return {
+        "sniffio_installed": importlib.util.find_spec("sniffio") is not None,
+        "us_per_call": us,
+        "calls_per_run": per_run,
+        "ms_per_run": {k_: v * us / 1000 for k_, v in per_run.items()},
+    }
 
 
 # --- 4. concurrency ---------------------------------------------------------------------------
@@ -316,7 +373,9 @@ def stream_policy(plugin: str, config: dict[str, Any]) -> StreamPolicy:
     return StreamPolicy.from_config(load_runner_class(find(plugin)).schema.load(config))
 
 
-def delta_latencies(deltas: list[list[int]], writes: list[int], pre: list[int], policy: StreamPolicy) -> list[float]:
+def delta_latencies(
+    deltas: list[list[int]], writes: list[int], pre: list[int], policy: StreamPolicy
+) -> list[float]:
     """Per delta: ms from when a zero-cost client applying the same policy would have sent it
     to when the host got it. A delta whose growth rule holds at its newest token is due when that
     token was written; any other delta is a max-delay flush, due ``max_delay`` after the first
@@ -345,8 +404,13 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]
     policy = stream_policy(entry.plugin, entry.config(srv.base_url))
     rows = []
     for n in p.conc_ns:
-        row: dict[str, Any] = {"plugin": entry.plugin, "n": n, "tokens": p.conc_tokens, "token_delay_s": p.conc_delay}
-        for mode in ("runner", "floor"):
+        row: dict[str, Any] = {
+            "plugin": entry.plugin,
+            "n": n,
+            "tokens": p.conc_tokens,
+            "token_delay_s": p.conc_delay,
+        }
+        for mode in ("runner", "kit", "floor"):
             c0 = srv.stats()["connections_accepted"]
             with tempfile.TemporaryDirectory() as tmp:
                 out_path = os.path.join(tmp, "out.json")
@@ -367,7 +431,7 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]
             lat: list[float] = []
             for key, deltas in out["deltas"].items():
                 m = marks.get(key) or []
-                if mode == "runner":
+                if mode != "floor":
                     lat += delta_latencies(deltas, m, pre, policy)
                 else:  # the floor sees every token: from its write to its parse
                     lat += [(t - w) / 1e6 for (t, _), w in zip(deltas, m, strict=False)]
@@ -472,7 +536,9 @@ async def _coding_agent(entry: Any, agent: Any, p: Params) -> dict[str, Any]:
         "asyncio.run(main())\n"
     )
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=600)
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=ROOT)
+    if await asyncio.wait_for(proc.wait(), 600) != 0:
+        raise RuntimeError(f"the new-process turn of {entry.plugin} failed")
     fresh = time.perf_counter() - t0
     return {
         "plugin": entry.plugin,

@@ -1,6 +1,7 @@
 """``python -m bench.worker``: N concurrent turns in a fresh process (so peak RSS is this batch's
 own), written as JSON to ``--out``. ``--mode runner`` drives the plugin's runner through the local
-host; ``--mode floor`` runs the bare floor client for the same answers."""
+host; ``--mode kit`` the same without the SDK's ``invoke`` wrapper; ``--mode floor`` runs the bare
+floor client for the same answers."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ async def batch(args: argparse.Namespace) -> dict:
     entry = http_plugin(args.plugin)
     expected = answer(args.tokens)
     runner = host = None
-    if args.mode == "runner":
+    if args.mode in ("runner", "kit"):
         runner, host = load_runner(args.plugin)
         config = entry.config(args.base_url)
     gc.collect()
@@ -32,8 +33,8 @@ async def batch(args: argparse.Namespace) -> dict:
     async def one(i: int):
         key = f"{args.tag}-{i}"
         try:
-            if args.mode == "runner":
-                return await runner_turn(runner, host, config, key, keep=False)
+            if args.mode in ("runner", "kit"):
+                return await runner_turn(runner, host, config, key, keep=False, direct=args.mode == "kit")
             return await floor_turn(entry, args.base_url, key)
         except Exception as exc:  # noqa: BLE001 - the floor has no error mapping; count it
             return exc
@@ -83,7 +84,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin", required=True)
     ap.add_argument("--base-url", required=True)
-    ap.add_argument("--mode", choices=("runner", "floor"), required=True)
+    ap.add_argument("--mode", choices=("runner", "kit", "floor"), required=True)
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--tag", required=True)

@@ -15,7 +15,10 @@ import httpx
 from .errors import RunnerError, status_to_code
 
 MAX_ERROR_BODY = 64 * 1024
-POOL_LIMITS = httpx.Limits(max_connections=200, max_keepalive_connections=50, keepalive_expiry=30.0)
+# No cap on concurrent connections: each streaming run holds one for its whole answer, so a cap
+# makes run N+1 wait for a whole answer (and httpcore's waiting queue costs O(waiting x open)).
+# Idle keep-alive connections are capped, which bounds what stays open between runs.
+POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=50, keepalive_expiry=30.0)
 
 _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
 
@@ -43,7 +46,7 @@ async def close_shared_client() -> None:
 def timeout_for(budget: float, connect: float = 10.0) -> httpx.Timeout:
     """An httpx timeout that never outlives the run's remaining budget (seconds)."""
     budget = max(budget, 0.05)
-    return httpx.Timeout(connect=min(connect, budget), read=budget, write=budget, pool=min(5.0, budget))
+    return httpx.Timeout(connect=min(connect, budget), read=budget, write=budget, pool=budget)
 
 
 ErrorParser = Callable[[int, bytes, str], RunnerError]
@@ -137,6 +140,20 @@ async def read_bounded(resp: httpx.Response, limit: int, platform: str = "upstre
         if strict:
             raise transport_error(exc, platform) from None
     return bytes(buf[:limit])
+
+
+async def finish_body(body: AsyncIterator[Any], timeout: float = 0.25) -> None:
+    """Read what is left of a stream after its terminal event, briefly, so that the connection
+    goes back to the pool for the next run instead of being closed. Pass the same iterator the
+    events were read from."""
+    try:
+        async with asyncio.timeout(timeout):
+            async for _ in body:
+                pass
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - the answer is complete; whatever follows is irrelevant
+        pass
 
 
 async def read_json(resp: httpx.Response, platform: str, limit: int = 16 * 1024 * 1024) -> Any:

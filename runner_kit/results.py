@@ -27,7 +27,7 @@ THINK_CLOSE = "</think>"
 class StreamPolicy:
     """When to send a delta to the host."""
 
-    growth: float = 0.5
+    growth: float = 1.0
     min_chars: int = 24
     max_delay: float = 0.5
 

@@ -197,7 +197,7 @@ _ICON = (
     '<rect width="64" height="64" rx="14" fill="#444"/></svg>\n'
 )
 
-REQUIREMENTS = "langbot-plugin>=0.7.16,<0.8\nhttpx>=0.27\npydantic>=2.7\npyyaml>=6\n"
+REQUIREMENTS = "langbot-plugin>=0.7.16,<0.8\nhttpx>=0.27\npydantic>=2.7\npyyaml>=6\nsniffio>=1.3\n"
 
 
 def scaffold(dirname: str, name: str, platform: str, root: Path = ROOT) -> Path:

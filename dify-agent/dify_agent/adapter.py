@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import open_stream, read_json, timeout_for
+from runner_kit.http import finish_body, open_stream, read_json, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
@@ -146,7 +146,8 @@ class DifyAdapter(Adapter):
                     yield item
                 return
             state = _StreamState()
-            async for sse in iter_sse(resp.aiter_bytes()):
+            events = iter_sse(resp.aiter_bytes())
+            async for sse in events:
                 if not sse.data:
                     continue  # ping
                 data = sse.json()
@@ -156,6 +157,8 @@ class DifyAdapter(Adapter):
                     yield item
                 if state.finished:
                     break
+            if state.finished:
+                await finish_body(events)  # lets the connection be reused
         self._done = True
         if not state.seen_events:
             raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")

@@ -117,3 +117,12 @@ async def test_nothing_escapes_run_on_garbage_context_values(case, server, host)
     cfg = {**case.config(server), case.base_url_key: "not a url"}
     code, _, _ = failure(await run(runner, host, config=cfg))
     assert code.startswith("config.") or code.startswith("upstream.")
+
+
+async def test_sequential_runs_reuse_one_connection(case, server, host):
+    """The shared client keeps the connection alive between runs (read to the end of each body)."""
+    case.answer(server, TOKENS, 0.0)
+    runner = make_runner(case.plugin, host)
+    for _ in range(5):
+        assert rtype(terminal(await run(runner, host, config=case.config(server)))) == "run.completed"
+    assert server.connections_accepted == 1

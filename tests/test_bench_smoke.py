@@ -1,0 +1,39 @@
+"""``python -m bench --quick`` runs, and its JSON has every section and a row for every landed plugin."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from runners_cli.plugins import ROOT, discover
+
+
+def test_bench_quick_writes_every_section(tmp_path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--no-profile", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=240, cwd=str(ROOT),
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "| Figure | Plugin | Measured |" in proc.stdout  # the table is printed
+    data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    s = data["sections"]
+    for key in ("ttft", "traffic", "sweep", "cpu", "concurrency", "connections", "coding_agents"):
+        assert s.get(key), key
+    assert data["missing_entries"] == []
+    landed = {p.dirname for p in discover()}
+    coding = {r["plugin"] for r in s["coding_agents"]["rows"]}
+    for key in ("ttft", "traffic", "cpu", "concurrency", "connections"):
+        assert {row["plugin"] for row in s[key]} | coding >= landed, key
+    assert "dify-agent" in {row["plugin"] for row in s["ttft"]}
+    # every run through the runner produced the right answer
+    assert all(t["correct"] == t["runs"] for t in s["ttft"])
+    assert all(r["correct"] for tr in s["traffic"] for r in tr["rows"])
+    assert all(r["correct"] for c in s["cpu"] for r in c["rows"])
+    assert all(c["correct"] == c["runs"] for c in s["connections"])
+    assert all(r["floor"]["ok"] == r["n"] for c in s["concurrency"] for r in c["rows"])
+    if not s["coding_agents"]["rows"]:
+        assert s["coding_agents"]["status"] == "not applicable"
+    assert {t["id"] for t in data["targets"]} >= {"ttft", "bytes-burst", "cpu-paced", "concurrency", "connections"}
+    assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8").startswith("# Benchmark results")
+    assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
