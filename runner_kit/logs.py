@@ -9,7 +9,17 @@ from .errors import Redactor
 
 LOG_REDACTOR = Redactor()
 
-_REDACTED_LOGGERS = ("runner_kit", "httpx", "httpcore", "langbot_plugin")
+# a filter applies only to records logged on its own logger, not to those propagated from children
+_REDACTED_LOGGERS = (
+    "runner_kit",
+    "httpx",
+    "httpcore",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+    "langbot_plugin",
+)
 
 
 class RedactingFilter(logging.Filter):

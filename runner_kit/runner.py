@@ -166,7 +166,8 @@ async def drive(
         yield final
         yield builder.completed(usage)
     except RunnerError as exc:
-        if env is not None and env.session.dirty and env.session.current:
+        if env is not None and env.session.dirty:
+            # a new id is kept for the next turn; a stale one that was dropped is cleared
             yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
         log.warning("run failed: %s (%s)", redact(exc.message), exc.code)
         yield builder.failed(exc.code, redact(exc.message), exc.retryable, usage)

@@ -198,3 +198,12 @@ async def test_every_result_validates_as_the_host_does():
     for res in await run(r, host):
         payload = res.model_dump(mode="json")
         models[payload["type"]].model_validate(payload["data"])
+
+
+async def test_stale_session_cleared_when_the_fresh_retry_also_fails():
+    r, host, _ = make([boom(SessionMissing())])
+    host.store.set(host.scope_key(Identity(), "conversation"), "scripted.session", "stale")
+    results = await run(r, host)
+    assert failure(results)[0] == "upstream.not_found"
+    assert state_updates(results) == {"scripted.session": None}
+    assert host.make_context("next").state.conversation["scripted.session"] is None
