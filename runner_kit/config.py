@@ -109,8 +109,7 @@ class ConfigSchema:
         secrets: list[str] = []
         advanced_on = True
         if "advanced-settings" in self.fields:
-            advanced_on = _coerce(self.fields["advanced-settings"], raw.get("advanced-settings", False) or False,
-                                  defaulted=False)
+            advanced_on = _coerce(self.fields["advanced-settings"], raw.get("advanced-settings", False) or False)
         for name, field in self.fields.items():
             present = name in raw and raw[name] is not None and (advanced_on or not field.advanced)
             value = raw[name] if present else field.default
@@ -119,7 +118,7 @@ class ConfigSchema:
                     raise RunnerError("config.missing", f"config key '{name}' is required but not set")
                 values[name] = None
                 continue
-            values[name] = _coerce(field, value, defaulted=not present)
+            values[name] = _coerce(field, value)
             if field.required and values[name] in ("", [], {}):
                 raise RunnerError("config.missing", f"config key '{name}' is required but empty")
             if field.secret and isinstance(values[name], str) and values[name]:
@@ -134,7 +133,7 @@ def _invalid(field: Field, why: str) -> RunnerError:
     return RunnerError("config.invalid", f"config key '{field.name}' {why}")
 
 
-def _coerce(field: Field, value: Any, *, defaulted: bool) -> Any:
+def _coerce(field: Field, value: Any) -> Any:
     t = field.type
     if t in _BOOL_TYPES:
         if isinstance(value, bool):
@@ -165,7 +164,7 @@ def _coerce(field: Field, value: Any, *, defaulted: bool) -> Any:
         if t in _STRING_TYPES:
             raise _invalid(field, "must be a string")
         return value
-    value = str(value).strip() if not field.secret else str(value).strip()
+    value = str(value).strip()
     if t == "select" and field.options and not field.allow_custom and value not in field.options:
         raise _invalid(field, f"must be one of: {', '.join(field.options)}")
     return value

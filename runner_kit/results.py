@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from langbot_plugin.api.entities.builtin.provider.message import Message
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult, RunnerResultType
 
 from .events import Attachment
@@ -278,8 +279,6 @@ class ResultBuilder:
                     content.append({"type": "file_url", "file_url": att.url, "file_name": att.name})
         else:
             content = text
-        from langbot_plugin.api.entities.builtin.provider.message import Message
-
         return RunnerResult.message_completed(self.run_id, Message(role="assistant", content=content))
 
     def completed(self, usage: UsageTotals) -> RunnerResult:

@@ -10,7 +10,6 @@ success; a clean retryable ``upstream.timeout`` before the host deadline; closin
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterator
@@ -265,5 +264,5 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
         case ev.Log(text=t, level=level):
             out.append(builder.log(env.redact(t), level))
         case _:
-            logging.getLogger("runner_kit.run").debug("ignoring unknown adapter event %r", type(item))
+            get_logger("runner_kit.run").debug("ignoring unknown adapter event %r", type(item))
     return [r for r in out if r is not None]

@@ -20,12 +20,9 @@ class SessionHandle:
         self.stored: Any = stored if stored not in ("", None) else None
         self.current: Any = self.stored
 
-    def set(self, value: Any) -> bool:
-        """Adopt a new upstream id; True when it differs from what was current."""
-        value = value or None
-        changed = bool(value != self.current)
-        self.current = value
-        return changed
+    def set(self, value: Any) -> None:
+        """Adopt the upstream id the platform reported for this turn."""
+        self.current = value or None
 
     def drop(self) -> None:
         """Forget the current id (the upstream reported it missing)."""

@@ -511,37 +511,26 @@ def _utf8_len(s: str) -> int:
 # --- async helpers ---------------------------------------------------------------------------
 
 
-async def iter_sse(
-    chunks: AsyncIterable[bytes], *, max_event_bytes: int = DEFAULT_MAX_BYTES
-) -> AsyncIterator[SSEEvent]:
+async def _iterate(decoder: SSEDecoder | NDJSONDecoder | ConcatJSONDecoder, chunks: AsyncIterable[bytes]) -> AsyncIterator[Any]:
+    async for chunk in chunks:
+        for item in decoder.feed(chunk):
+            yield item
+    for item in decoder.close():
+        yield item
+
+
+def iter_sse(chunks: AsyncIterable[bytes], *, max_event_bytes: int = DEFAULT_MAX_BYTES) -> AsyncIterator[SSEEvent]:
     """Yield the SSE events of a byte stream, including a last event without a final blank line."""
-    decoder = SSEDecoder(max_event_bytes)
-    async for chunk in chunks:
-        for event in decoder.feed(chunk):
-            yield event
-    for event in decoder.close():
-        yield event
+    return _iterate(SSEDecoder(max_event_bytes), chunks)
 
 
-async def iter_ndjson(
-    chunks: AsyncIterable[bytes], *, max_line_bytes: int = DEFAULT_MAX_BYTES
-) -> AsyncIterator[Any]:
+def iter_ndjson(chunks: AsyncIterable[bytes], *, max_line_bytes: int = DEFAULT_MAX_BYTES) -> AsyncIterator[Any]:
     """Yield the JSON value of each line of an NDJSON byte stream."""
-    decoder = NDJSONDecoder(max_line_bytes)
-    async for chunk in chunks:
-        for value in decoder.feed(chunk):
-            yield value
-    for value in decoder.close():
-        yield value
+    return _iterate(NDJSONDecoder(max_line_bytes), chunks)
 
 
-async def iter_concat_json(
+def iter_concat_json(
     chunks: AsyncIterable[bytes], *, max_object_bytes: int = DEFAULT_MAX_BYTES
 ) -> AsyncIterator[Any]:
     """Yield each JSON value of a stream of whitespace-separated JSON objects (Langflow)."""
-    decoder = ConcatJSONDecoder(max_object_bytes)
-    async for chunk in chunks:
-        for value in decoder.feed(chunk):
-            yield value
-    for value in decoder.close():
-        yield value
+    return _iterate(ConcatJSONDecoder(max_object_bytes), chunks)

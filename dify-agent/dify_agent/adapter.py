@@ -189,7 +189,6 @@ class DifyAdapter(Adapter):
         elif name == "text_chunk":
             text = (data.get("data") or {}).get("text") or ""
             if text:
-                st.streamed_text = True
                 out.append(ev.Text(text))
         elif name == "reasoning_chunk":
             piece = (data.get("data") or {}).get("reasoning") or ""
@@ -293,14 +292,13 @@ class DifyAdapter(Adapter):
 
 
 class _StreamState:
-    __slots__ = ("agent_messages", "conversation_id", "finished", "seen_events", "streamed_text", "thoughts", "usage_seen")
+    __slots__ = ("agent_messages", "conversation_id", "finished", "seen_events", "thoughts", "usage_seen")
 
     def __init__(self) -> None:
         self.agent_messages = False
         self.conversation_id: str | None = None
         self.finished = False
         self.seen_events = False
-        self.streamed_text = False
         self.thoughts: dict[str, dict[str, Any]] = {}
         self.usage_seen = False
 

@@ -31,8 +31,6 @@ def map_error(status: int | None, code: str | None, message: str | None) -> Runn
     code = code or ""
     message = (message or "").strip()
     taxonomy, hint = _BY_CODE.get(code, (status_to_code(status) if status else "upstream.error", ""))
-    if code == "too_many_requests" or (status == 429 and code not in _BY_CODE):
-        taxonomy = "upstream.rate_limited"
     parts = [f"{PLATFORM} error"]
     if status:
         parts.append(f"HTTP {status}")
@@ -44,10 +42,9 @@ def map_error(status: int | None, code: str | None, message: str | None) -> Runn
         text += f": {detail[:300]}"
     if hint and message and hint not in message:
         text += f" ({hint})"
-    retryable = None
     if taxonomy == "upstream.error" and status is not None and status >= 500:
         taxonomy = "upstream.unavailable"
-    return RunnerError(taxonomy, text, retryable=retryable, status=status)
+    return RunnerError(taxonomy, text, status=status)
 
 
 def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:

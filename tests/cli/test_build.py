@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
@@ -20,6 +19,7 @@ import yaml
 
 from runners_cli.build import BuildError, build_all, build_plugin, sdk_build, validate_plugin
 from runners_cli.plugins import ROOT, PluginInfo, discover, load_plugin
+from tests.fakes.http_server import closed_port
 
 PLUGINS = discover()
 IDS = [p.dirname for p in PLUGINS]
@@ -127,12 +127,6 @@ def _site_dirs() -> list[str]:
     return list(dict.fromkeys([paths["purelib"], paths["platlib"]]))
 
 
-def _closed_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _dead_end_config(info: PluginInfo, root_url: str) -> dict[str, Any]:
     cfg: dict[str, Any] = {}
     for item in info.config_items:
@@ -203,7 +197,7 @@ def test_package_contents(built: dict[str, Path], info: PluginInfo) -> None:
 @pytest.mark.parametrize("info", PLUGINS, ids=IDS)
 def test_package_runs_in_isolation(built: dict[str, Path], info: PluginInfo, tmp_path: Path) -> None:
     unpacked = _unpack(built[info.dirname], tmp_path / "unpacked").resolve()
-    root_url = f"http://127.0.0.1:{_closed_port()}"
+    root_url = f"http://127.0.0.1:{closed_port()}"
     out = _run_isolated("run", unpacked, _dead_end_config(info, root_url))
 
     assert str(ROOT) not in out["sys_path"]
