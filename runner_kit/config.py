@@ -45,6 +45,7 @@ class Field:
 
     @property
     def positive(self) -> bool:
+        """A time limit: 0 or blank means "no limit" (as LangBot reads ``timeout``), negative is an error."""
         return self.name == "timeout" or self.name.endswith("-timeout")
 
 
@@ -176,6 +177,10 @@ def _number(field: Field, value: Any, *, integer: bool) -> float | int:
     if isinstance(value, str):
         text = value.strip()
         if not text:
+            if field.positive:
+                return 0  # a blank timeout is "no limit", as the host reads it
+            if field.default is not None and not isinstance(field.default, str):
+                return _number(field, field.default, integer=integer)
             raise _invalid(field, "must be a number, got an empty value")
         try:
             num: float = float(text)
@@ -187,8 +192,8 @@ def _number(field: Field, value: Any, *, integer: bool) -> float | int:
         raise _invalid(field, "must be a number")
     if not math.isfinite(num):
         raise _invalid(field, "must be a finite number")
-    if field.positive and num <= 0:
-        raise _invalid(field, "must be greater than 0")
+    if field.positive and num < 0:
+        raise _invalid(field, "must be 0 (no limit) or more")
     if field.minimum is not None and num < field.minimum:
         raise _invalid(field, f"must be at least {field.minimum:g}")
     if integer:

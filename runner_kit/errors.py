@@ -26,6 +26,7 @@ CODES: dict[str, bool] = {
     "upstream.not_found": False,
     "upstream.too_large": False,
     "upstream.timeout": True,
+    "upstream.tls": False,
     "upstream.protocol": False,
     "upstream.error": False,
     "upstream.empty_response": False,

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-import weakref
+import ssl
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
@@ -20,27 +22,40 @@ MAX_ERROR_BODY = 64 * 1024
 # Idle keep-alive connections are capped, which bounds what stays open between runs.
 POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=50, keepalive_expiry=30.0)
 
-_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
+# One client per event loop (keyed by id: a loop object is never kept alive by this table). Entries
+# of loops that have closed are dropped on the next lookup, so their clients can be freed.
+_clients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
+
+
+def _no_cookies() -> CookieJar:
+    """A jar that refuses every cookie: one process serves many bots, and an upstream's cookies
+    from one bot's run must never ride along on another bot's request to the same host."""
+    return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
 def shared_client() -> httpx.AsyncClient:
     """The process's shared AsyncClient for the running event loop (connections are reused).
 
-    It honours HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP clients do.
+    It keeps no cookies, and honours HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP
+    clients do.
     """
     loop = asyncio.get_running_loop()
-    client = _clients.get(loop)
+    for key, (other, _) in list(_clients.items()):
+        if other.is_closed():
+            del _clients[key]
+    entry = _clients.get(id(loop))
+    client = entry[1] if entry is not None and entry[0] is loop else None
     if client is None or client.is_closed:
-        client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True)
-        _clients[loop] = client
+        client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True, cookies=_no_cookies())
+        _clients[id(loop)] = (loop, client)
     return client
 
 
 async def close_shared_client() -> None:
     """Close the running loop's shared client (tests and CLI shutdown)."""
-    client = _clients.pop(asyncio.get_running_loop(), None)
-    if client is not None:
-        await client.aclose()
+    entry = _clients.pop(id(asyncio.get_running_loop()), None)
+    if entry is not None:
+        await entry[1].aclose()
 
 
 def timeout_for(budget: float, connect: float = 10.0) -> httpx.Timeout:
@@ -81,6 +96,12 @@ def transport_error(exc: BaseException, platform: str = "upstream") -> RunnerErr
         return RunnerError("upstream.timeout", f"timed out waiting for a free connection to {platform}")
     if isinstance(exc, httpx.TimeoutException):
         return RunnerError("upstream.timeout", f"{platform} stopped responding (read timed out)")
+    if isinstance(exc, httpx.ConnectError) and _tls_failure(exc):
+        return RunnerError(
+            "upstream.tls",
+            f"TLS certificate verification failed for {platform} (self-signed or expired certificate, or the "
+            "wrong host name); fix the server's certificate or trust its CA via SSL_CERT_FILE",
+        )
     if isinstance(exc, httpx.ConnectError):
         return RunnerError("upstream.unavailable", f"cannot connect to {platform} (connection refused or unreachable)")
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
@@ -92,6 +113,45 @@ def transport_error(exc: BaseException, platform: str = "upstream") -> RunnerErr
     if isinstance(exc, httpx.HTTPError):
         return RunnerError("upstream.error", f"HTTP error talking to {platform}: {type(exc).__name__}")
     return RunnerError("runner.internal", f"{type(exc).__name__}")
+
+
+def _tls_failure(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, ssl.SSLCertVerificationError):
+            return True
+        if isinstance(cur, ssl.SSLError) and "CERTIFICATE_VERIFY_FAILED" in str(cur):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return "CERTIFICATE_VERIFY_FAILED" in str(exc)
+
+
+def _safe_location(location: str, base: httpx.URL) -> str:
+    """A redirect target fit to show: resolved against the request, without query or credentials."""
+    try:
+        target = base.join(location)
+        parts = urlsplit(str(target))
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urlunsplit((parts.scheme, host, parts.path, "", ""))[:300]
+    except Exception:  # noqa: BLE001 - a malformed Location is still a redirect
+        return "an address the server did not state clearly"
+
+
+def redirect_error(resp: httpx.Response, platform: str) -> RunnerError:
+    """A 3xx: the configured URL is not the API's address (http→https is the usual mistake)."""
+    where = _safe_location(resp.headers.get("location", ""), resp.request.url)
+    hint = ""
+    if resp.request.url.scheme == "http" and where.startswith("https://"):
+        hint = " (the server wants https://)"
+    return RunnerError(
+        "config.invalid",
+        f"{platform} answered HTTP {resp.status_code}, a redirect to {where}{hint}; set the base URL to that address",
+        status=resp.status_code,
+    )
 
 
 @asynccontextmanager
@@ -106,12 +166,23 @@ async def open_stream(
     **kwargs: Any,
 ) -> AsyncIterator[httpx.Response]:
     """Send a request and yield a response whose status is 2xx; errors are raised as RunnerError."""
-    req = client.build_request(method, url, timeout=timeout_for(budget), **kwargs)
+    try:
+        req = client.build_request(method, url, timeout=timeout_for(budget), **kwargs)
+    except UnicodeEncodeError:
+        raise RunnerError(
+            "config.invalid",
+            f"a key or header value in this bot's {platform} settings contains a character that cannot be sent "
+            "over HTTP (a non-ASCII letter, a full-width space or a line break); paste it again",
+        ) from None
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        raise transport_error(exc, platform) from None
     try:
         resp = await client.send(req, stream=True)
     except httpx.HTTPError as exc:
         raise transport_error(exc, platform) from None
     try:
+        if 300 <= resp.status_code < 400:
+            raise redirect_error(resp, platform)
         if resp.status_code >= 400:
             body = await read_bounded(resp, MAX_ERROR_BODY, platform)
             ctype = resp.headers.get("content-type", "")

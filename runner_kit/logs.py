@@ -1,13 +1,36 @@
-"""Logging with secrets redacted: every config secret seen in this process is scrubbed from the
-records of the kit's, the plugins' and the HTTP libraries' loggers."""
+"""Logging with secrets redacted: the running run's config secrets (and secret-looking patterns
+everywhere) are scrubbed from the records of the kit's, the plugins' and the HTTP libraries' loggers.
+
+The secrets live in a context variable bound by the driver for the run's task, not in module state:
+one plugin process serves many bots, and nothing of one bot may stay behind for the next.
+"""
 
 from __future__ import annotations
 
+import contextvars
 import logging
 
 from .errors import Redactor
 
-LOG_REDACTOR = Redactor()
+_PATTERNS_ONLY = Redactor()
+_RUN_REDACTOR: contextvars.ContextVar[Redactor] = contextvars.ContextVar("runner_kit_redactor", default=_PATTERNS_ONLY)
+
+
+def bind_redactor(redactor: Redactor) -> contextvars.Token[Redactor]:
+    """Redact ``redactor``'s secrets from every record logged in this context (the current run)."""
+    return _RUN_REDACTOR.set(redactor)
+
+
+def unbind_redactor(token: contextvars.Token[Redactor]) -> None:
+    try:
+        _RUN_REDACTOR.reset(token)
+    except ValueError:  # reset from another context (a generator closed elsewhere): nothing to undo
+        pass
+
+
+def redact_log(text: object) -> str:
+    """Redact ``text`` with the current run's secrets and the global secret patterns."""
+    return _RUN_REDACTOR.get()(text)
 
 # a filter applies only to records logged on its own logger, not to those propagated from children
 _REDACTED_LOGGERS = (
@@ -30,7 +53,7 @@ class RedactingFilter(logging.Filter):
             message = record.getMessage()
         except Exception:  # noqa: BLE001 - a broken format string must not kill logging
             message = str(record.msg)
-        clean = LOG_REDACTOR(message)
+        clean = redact_log(message)
         if clean != message or record.args:
             record.msg = clean
             record.args = None

@@ -6,10 +6,23 @@ sent when the text not yet sent is at least ``growth`` times the text already se
 ``min_chars``), or when unsent text has waited ``max_delay`` seconds. Geometric growth keeps the
 bytes sent to the host for a long answer within a small multiple of the answer (each delta carries
 the whole text so far), and ``max_delay`` keeps a slow stream visibly moving.
+
+Visible text is append-only, so every delta's ``all_content`` extends the previous one: reasoning
+opens a ``<think>`` block that stays open while it streams and is closed when the answer starts;
+reasoning that arrives after answer text is appended as a new block after it, never inserted before
+text the user has already seen. Only ``replace`` (moderation, or an upstream's differing closing
+answer) rewrites what was shown.
+
+Size: LangBot 4.11.2 truncates any result whose JSON (ASCII-escaped, so one CJK character costs six
+bytes) exceeds 1 MiB, which cut the last delta to a fragment and dropped the final message of very
+long answers. The builder keeps the visible text's escaped size under ``TEXT_BUDGET``; an answer
+that would exceed it is cut with a visible notice, and the final message carries the same text.
+A delta's ``content`` is ``None``: ``all_content`` carries the text and the host reads only that.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +35,19 @@ from .usage import UsageTotals
 
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
+
+# The host truncates results over 1 MiB of ASCII-escaped JSON; keep the text well inside it (the
+# envelope, attachments and a failure note need room too).
+HOST_RESULT_LIMIT = 1024 * 1024
+TEXT_BUDGET = HOST_RESULT_LIMIT - 16 * 1024
+TRUNCATED_NOTICE = "\n\n[The answer was cut here: it is longer than LangBot can deliver in one message.]"
+
+
+def escaped_len(text: str) -> int:
+    """Length of ``text`` as the host measures it (inside ASCII-escaped JSON, without quotes)."""
+    if text.isascii() and text.isprintable() and '"' not in text and "\\" not in text:
+        return len(text)
+    return len(json.dumps(text)) - 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +118,20 @@ def strip_think(text: str) -> str:
     return (f.feed(text) + f.flush()).lstrip("\n") if THINK_OPEN in text else text
 
 
+def _cut_to_budget(text: str, budget: int) -> str:
+    """The longest prefix of ``text`` whose escaped length fits ``budget``."""
+    if escaped_len(text) <= budget:
+        return text
+    lo, hi = 0, min(len(text), budget)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if escaped_len(text[:mid]) <= budget:
+            lo = mid
+        else:
+            hi = mid - 1
+    return text[:lo]
+
+
 class ResultBuilder:
     """Accumulates one run's output and decides which results to send."""
 
@@ -102,14 +142,25 @@ class ResultBuilder:
         remove_think: bool = False,
         policy: StreamPolicy | None = None,
         clock: Any = time.monotonic,
+        text_budget: int = TEXT_BUDGET,
     ):
         self.run_id = run_id
         self.remove_think = remove_think
         self.policy = policy or StreamPolicy()
         self._clock = clock
+        self._budget = text_budget - escaped_len(TRUNCATED_NOTICE)
+        # the visible text, append-only between replaces
+        self._parts: list[str] = []
+        self._len = 0
+        self._escaped = 0
+        self._cache: str | None = ""
+        self._preamble = ""
+        self._in_think = False
+        self._think_hold = ""  # trailing newlines of a think block, shown only if more follows
+        self._truncated = False
+        # what the upstream said, for final_text comparisons and reporting
         self._answer: list[str] = []
         self._answer_len = 0
-        self._answer_cache: str | None = ""
         self._think: list[str] = []
         self._think_len = 0
         self._filter = ThinkFilter() if remove_think else None
@@ -124,28 +175,65 @@ class ResultBuilder:
 
     @property
     def answer(self) -> str:
-        if self._answer_cache is None:
-            joined = "".join(self._answer)
-            self._answer = [joined]
-            self._answer_cache = joined
-        return self._answer_cache
+        """The answer text so far (without reasoning or the preamble)."""
+        if len(self._answer) > 1:
+            self._answer = ["".join(self._answer)]
+        return self._answer[0] if self._answer else ""
 
     @property
     def think(self) -> str:
         return "".join(self._think)
 
+    @property
+    def truncated(self) -> bool:
+        return self._truncated
+
     def visible(self) -> str:
-        """The text the user sees now: the think block (unless removed) and the answer."""
-        answer = self.answer
-        if self._think_len and not self.remove_think:
-            think = self.think.strip("\n")
-            block = f"{THINK_OPEN}\n{think}\n{THINK_CLOSE}"
-            return f"{block}\n{answer}" if answer else block
-        return answer
+        """The text the user sees now: preamble, think blocks (unless removed) and the answer."""
+        if self._cache is None:
+            joined = "".join(self._parts)
+            self._parts = [joined] if joined else []
+            self._cache = joined
+        return self._cache
 
     @property
     def has_output(self) -> bool:
+        """Something of the upstream's answer (not just a preamble) has been produced."""
         return bool(self._answer_len or self.attachments or (self._think_len and not self.remove_think))
+
+    @property
+    def has_answer_text(self) -> bool:
+        return bool(self.answer.strip())
+
+    def set_preamble(self, text: str) -> None:
+        """A line shown before everything else (e.g. the fresh-session notice); only before output."""
+        if self._len or not text.strip():
+            return
+        self._preamble = text.strip() + "\n\n"
+        self._append(self._preamble)
+
+    def _append(self, piece: str) -> None:
+        if self._truncated or not piece:
+            return
+        esc = escaped_len(piece)
+        if self._escaped + esc > self._budget:
+            piece = _cut_to_budget(piece, self._budget - self._escaped)
+            self._truncated = True
+            if self._in_think:
+                piece += f"\n{THINK_CLOSE}"
+                self._in_think = False
+            piece += TRUNCATED_NOTICE
+            esc = escaped_len(piece)
+        self._parts.append(piece)
+        self._len += len(piece)
+        self._escaped += esc
+        self._cache = None
+
+    def _close_think(self) -> None:
+        if self._in_think:
+            self._think_hold = ""
+            self._append(f"\n{THINK_CLOSE}\n")
+            self._in_think = False
 
     def add_text(self, piece: str) -> RunnerResult | None:
         if self._filter is not None:
@@ -153,12 +241,13 @@ class ResultBuilder:
         if not piece:
             return None
         if not self._answer_len:
-            piece = piece.lstrip("\n") if self._filter is not None else piece
+            piece = piece.lstrip("\n") if (self._filter is not None or self._in_think) else piece
             if not piece:
                 return None
+        self._close_think()
         self._answer.append(piece)
         self._answer_len += len(piece)
-        self._answer_cache = None
+        self._append(piece)
         return self._maybe_emit()
 
     def add_think(self, piece: str) -> RunnerResult | None:
@@ -168,15 +257,37 @@ class ResultBuilder:
         self._think_len += len(piece)
         if self.remove_think:
             return None
+        if not self._in_think:
+            piece = piece.lstrip("\n")
+            if not piece:
+                return None
+            # after answer text a new block follows it; nothing is inserted before shown text
+            sep = "\n\n" if self._answer_len else ""
+            self._append(f"{sep}{THINK_OPEN}\n")
+            self._in_think = True
+        text = self._think_hold + piece
+        body = text.rstrip("\n")
+        self._think_hold = text[len(body) :]
+        if body:
+            self._append(body)
         return self._maybe_emit()
 
     def replace(self, text: str) -> RunnerResult | None:
-        """Replace the whole answer and send it at once."""
+        """Replace the whole answer and send it at once (reasoning shown so far is kept)."""
         if self.remove_think:
             text = strip_think(text)
         self._answer = [text]
         self._answer_len = len(text)
-        self._answer_cache = text
+        self._in_think = False
+        self._think_hold = ""
+        self._parts, self._len, self._escaped, self._cache = [], 0, 0, ""
+        self._truncated = False
+        if self._preamble:
+            self._append(self._preamble)
+        if self._think_len and not self.remove_think:
+            think = self.think.strip("\n")
+            self._append(f"{THINK_OPEN}\n{think}\n{THINK_CLOSE}\n")
+        self._append(text)
         self._dirty_since = self._dirty_since or self._clock()
         return self.flush()
 
@@ -200,7 +311,7 @@ class ResultBuilder:
         if not self._sent:
             return self.flush()
         sent = len(self._sent)
-        pending = self._answer_len + self._think_len - sent
+        pending = self._len - sent
         if pending >= self.policy.min_chars and pending >= self.policy.growth * sent:
             return self.flush()
         if now - self._dirty_since >= self.policy.max_delay:
@@ -217,9 +328,8 @@ class ResultBuilder:
         """Send a delta for any unsent text now."""
         self._dirty_since = None
         text = self.visible()
-        if text == self._sent:
+        if text == self._sent or not text.strip():
             return None
-        piece = text[len(self._sent) :] if text.startswith(self._sent) else text
         self._sent = text
         self._chunk_seq += 1
         self.deltas_sent += 1
@@ -228,7 +338,7 @@ class ResultBuilder:
             "role": "assistant",
             "name": None,
             "all_content": text,
-            "content": piece,
+            "content": None,  # the host reads all_content; repeating the text here doubles the size
             "tool_calls": None,
             "tool_call_id": None,
             "is_final": False,
@@ -258,19 +368,38 @@ class ResultBuilder:
     def log(self, text: str, level: str = "info") -> RunnerResult:
         return RunnerResult(run_id=self.run_id, type="processor.log", data={"text": text[:65536], "level": level})
 
-    def final_message(self) -> RunnerResult | None:
-        """The one complete assistant message (None when there is nothing to say)."""
+    def _finish_text(self) -> str:
         if self._filter is not None:
             tail = self._filter.flush()
             if tail:
                 self._answer.append(tail)
                 self._answer_len += len(tail)
-                self._answer_cache = None
-        text = self.visible()
-        if not text and not self.attachments:
+                self._append(tail)
+        if self._in_think:
+            self._close_think()
+        return self.visible().rstrip("\n") if not self._answer_len else self.visible()
+
+    def final_message(self, note: str | None = None) -> RunnerResult | None:
+        """The one complete assistant message (None when there is nothing to say).
+
+        ``note`` (a partial answer's "incomplete" line) goes on its own line after the text.
+        """
+        text = self._finish_text()
+        shown = self.has_answer_text or (self._think_len and not self.remove_think)
+        if not shown and not self.attachments:
             return None
+        if note:
+            text = f"{text.rstrip()}\n\n{note}"
+        return self._message(text)
+
+    def notice_message(self, text: str) -> RunnerResult:
+        """A complete message that is not an upstream answer (a failure explained to the user)."""
+        prefix = self._preamble.rstrip()
+        return self._message(f"{prefix}\n\n{text}" if prefix else text, attachments=False)
+
+    def _message(self, text: str, attachments: bool = True) -> RunnerResult:
         content: Any
-        if self.attachments:
+        if attachments and self.attachments:
             content = [{"type": "text", "text": text}] if text else []
             for att in self.attachments:
                 if att.kind == "image":

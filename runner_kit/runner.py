@@ -3,8 +3,16 @@ RunnerResults.
 
 Guarantees (the contract suite checks them for every plugin): exactly one terminal result and
 nothing after it; no exception escapes ``run()``; cumulative deltas; one complete message on
-success; a clean retryable ``upstream.timeout`` before the host deadline; closing the generator
-(host cancel) stops the upstream work and leaves no task or connection behind.
+success; a clean retryable ``upstream.timeout`` before the host deadline, and after ``idle-timeout``
+seconds without a byte from the upstream; closing the generator (host cancel) stops the upstream
+work and leaves no task or connection behind.
+
+What the chat shows on failure (see :mod:`runner_kit.explain`): text already streamed is kept as the
+final message with a note that it is incomplete; a failure before any answer is explained in one
+plain message (``explain-failures``); the one ``run.failed`` still carries code, ``retryable`` and
+partial usage for the run ledger. The upstream stop call on a deadline or cancel is made after the
+failure has been handed to the host, so a slow stop endpoint cannot turn a clean timeout into the
+host's generic one.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from contextlib import aclosing
 from functools import cached_property
 from typing import Any, ClassVar
@@ -25,15 +33,19 @@ from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 from . import events as ev
 from .config import Config, ConfigSchema
 from .errors import Redactor, RunnerError, SessionMissing
+from .explain import explanation, incomplete_note
 from .http import shared_client
 from .identity import upstream_user
 from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
-from .logs import LOG_REDACTOR, get_logger
+from .logs import bind_redactor, get_logger, unbind_redactor
 from .results import ResultBuilder, StreamPolicy
-from .session import SessionHandle
+from .session import SessionHandle, session_key
 from .usage import UsageTotals
 
 DEFAULT_TIMEOUT = 300.0
+NO_LIMIT = 24 * 3600.0  # "no deadline" (timeout 0 or blank and no host deadline), kept finite
+CANCEL_GRACE = 3.0  # longest wait for the upstream's stop endpoint after a cancel or deadline
+DEFAULT_SESSION_RESET_TEXT = "(The previous conversation could not be continued, so this reply starts a new one.)"
 
 
 def deadline_margin(limit: float) -> float:
@@ -44,11 +56,10 @@ def deadline_margin(limit: float) -> float:
 class RunEnv:
     """Everything an adapter needs for one run."""
 
-    def __init__(self, ctx: RunnerContext, config: Config, redact: Redactor, session_key: str | None):
+    def __init__(self, ctx: RunnerContext, config: Config, redact: Redactor, session_key_base: str | None):
         self.ctx = ctx
         self.config = config
         self.redact = redact
-        self.session = SessionHandle(ctx, session_key)
         self.log = get_logger("runner_kit.run")
         now = time.time()
         limits = []
@@ -57,8 +68,16 @@ class RunEnv:
         timeout = config.get("timeout")
         if isinstance(timeout, (int, float)) and timeout > 0:
             limits.append(float(timeout))
+        elif "timeout" in config and not ctx.runtime.deadline_at:
+            limits.append(NO_LIMIT)  # timeout 0 or blank: the host sets no deadline either
         limit = min(limits) if limits else DEFAULT_TIMEOUT
+        self.limit = limit
         self.deadline = time.monotonic() + limit - deadline_margin(max(limit, 0.0))
+        idle = config.get("idle-timeout")
+        self.idle_timeout = float(idle) if isinstance(idle, (int, float)) and idle > 0 else 0.0
+        self.last_activity = time.monotonic()
+        self.session = SessionHandle(ctx, session_key(session_key_base, config.get("user-id-source"), self.user))
+        self.input = UserInput(text="", files=[], params={})
 
     def budget(self) -> float:
         """Seconds left for upstream work; raises upstream.timeout when none is left."""
@@ -66,6 +85,18 @@ class RunEnv:
         if left <= 0:
             raise RunnerError("upstream.timeout", "the run's time limit was reached before the upstream answered")
         return left
+
+    def touch(self) -> None:
+        """Something arrived from the upstream (keep-alives count): the run is alive."""
+        self.last_activity = time.monotonic()
+
+    async def watch(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        """Pass a response body through, noting every chunk as life for ``idle-timeout``.
+
+        Adapters read streams as ``iter_sse(env.watch(resp.aiter_bytes()))``."""
+        async for chunk in chunks:
+            self.last_activity = time.monotonic()
+            yield chunk
 
     @cached_property
     def client(self) -> httpx.AsyncClient:
@@ -75,15 +106,20 @@ class RunEnv:
     def user(self) -> str:
         return upstream_user(self.ctx, self.config.get("user-id-source"))
 
-    @cached_property
-    def input(self) -> UserInput:
+    async def load_input(self) -> UserInput:
         mb = self.config.get("max-file-size-mb")
         limit = int(float(mb) * 1024 * 1024) if isinstance(mb, (int, float)) and mb > 0 else DEFAULT_MAX_BYTES
-        return collect_input(self.ctx, max_bytes=limit)
+        self.input = await collect_input(self.ctx, max_bytes=limit)
+        for reason in self.input.skipped:
+            self.log.info("skipped an attachment: %s", reason)
+        return self.input
 
 
 class Adapter:
-    """One platform's mapping: build the request, translate wire events into kit events."""
+    """One platform's mapping: build the request, translate wire events into kit events.
+
+    Read response bodies through ``self.env.watch(...)`` so keep-alives count for ``idle-timeout``.
+    """
 
     platform: ClassVar[str] = "upstream"
     session_key: ClassVar[str | None] = None
@@ -113,6 +149,7 @@ class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type informat
 _DONE = object()
 _TICK = object()
 _TIMEOUT = object()
+_IDLE = object()
 
 
 class _Raised:
@@ -122,6 +159,22 @@ class _Raised:
         self.exc = exc
 
 
+class _Pump:
+    """Whether the adapter's stream ended by itself (then no stop call is needed)."""
+
+    __slots__ = ("ended",)
+
+    def __init__(self) -> None:
+        self.ended = False
+
+
+def _flag(config: Config | None, key: str, default: bool) -> bool:
+    if config is None:
+        return default
+    value = config.get(key, default)
+    return default if value is None else bool(value)
+
+
 async def drive(
     ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSchema
 ) -> AsyncGenerator[RunnerResult, None]:
@@ -129,60 +182,114 @@ async def drive(
     builder = ResultBuilder(ctx.run_id)
     usage = UsageTotals()
     redact = Redactor()
+    token = bind_redactor(redact)
     env: RunEnv | None = None
+    config: Config | None = None
     log = get_logger("runner_kit.run")
+    platform = adapter_cls.platform
+    to_stop: Adapter | None = None  # an adapter whose upstream work may still be running
+    pump = _Pump()
     try:
-        config = schema.load(ctx.config)
-        for secret in config.secrets:
-            redact.add(secret)
-            LOG_REDACTOR.add(secret)
-        builder = ResultBuilder(
-            ctx.run_id, remove_think=bool(config.get("remove-think", False)), policy=StreamPolicy.from_config(config)
-        )
-        env = RunEnv(ctx, config, redact, adapter_cls.session_key)
-        env.budget()
-        for attempt in (0, 1):
-            adapter = adapter_cls(env)
-            try:
-                async with aclosing(_pump(adapter, env, builder, usage)) as results:
-                    async for result in results:
-                        yield result
-                break
-            except SessionMissing:
-                if attempt == 0 and env.session.current and not builder.has_output:
-                    log.info("%s: stored session is gone upstream; retrying on a fresh one", adapter.platform)
-                    env.session.drop()
-                    continue
+        try:
+            config = schema.load(ctx.config)
+            for secret in config.secrets:
+                redact.add(secret)
+            builder = ResultBuilder(
+                ctx.run_id, remove_think=bool(config.get("remove-think", False)), policy=StreamPolicy.from_config(config)
+            )
+            env = RunEnv(ctx, config, redact, adapter_cls.session_key)
+            env.budget()
+            inp = await env.load_input()
+            if inp.empty:
+                why = "; ".join(inp.skipped)
                 raise RunnerError(
-                    "upstream.not_found", f"{adapter_cls.platform} reports the conversation does not exist"
-                ) from None
+                    "input.invalid", "the message has no text or files to send" + (f" ({why})" if why else "")
+                )
+            for attempt in (0, 1):
+                adapter = adapter_cls(env)
+                pump = _Pump()
+                to_stop = adapter
+                try:
+                    async with aclosing(_pump(adapter, env, builder, usage, pump)) as results:
+                        async for result in results:
+                            yield result
+                    to_stop = None
+                    break
+                except SessionMissing:
+                    to_stop = None
+                    if attempt == 0 and env.session.current and not builder.has_output:
+                        log.info("%s: stored session is gone upstream; retrying on a fresh one", platform)
+                        env.session.drop()
+                        if _flag(config, "session-reset-notice", True):
+                            builder.set_preamble(str(config.get("session-reset-text") or DEFAULT_SESSION_RESET_TEXT))
+                        continue
+                    raise RunnerError("upstream.not_found", f"{platform} reports the conversation does not exist") from None
+            if env.session.dirty:
+                yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
+                env.session.mark_saved()
+            final = builder.final_message()
+            if final is None:
+                raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
+            yield final
+            yield builder.completed(usage)
+        except RunnerError as exc:
+            if pump.ended:
+                to_stop = None
+            for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform):
+                yield r
+        except Exception as exc:  # noqa: BLE001 - nothing may escape run()
+            log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
+            log.debug("%s", redact(traceback.format_exc()))
+            message = redact(f"internal error: {type(exc).__name__}: {exc}")
+            for r in _failure("runner.internal", message, False, env, config, builder, usage, platform):
+                yield r
+    finally:
+        # after the terminal result reached the host (or the host closed us): stop upstream work
+        if to_stop is not None and not pump.ended:
+            try:
+                await asyncio.wait_for(to_stop.cancel(), timeout=CANCEL_GRACE)
+            except BaseException:  # noqa: BLE001 - best effort; a cancel of ours must not resurface
+                log.info("%s: the upstream stop call did not finish", platform)
+        unbind_redactor(token)
+
+
+def _failure(
+    code: str,
+    message: str,
+    retryable: bool,
+    env: RunEnv | None,
+    config: Config | None,
+    builder: ResultBuilder,
+    usage: UsageTotals,
+    platform: str,
+) -> list[RunnerResult]:
+    """The results that end a failed run: state, what the chat shows, and the one run.failed."""
+    log = get_logger("runner_kit.run")
+    out: list[RunnerResult] = []
+    if env is not None:
+        if env.session.dropped and env.session.current is None:
+            env.session.restore()  # the fresh session failed too: the old id was not the problem
         if env.session.dirty:
-            yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
+            out.append(builder.state(env.session.key, env.session.current))  # type: ignore[arg-type]
             env.session.mark_saved()
-        final = builder.final_message()
-        if final is None:
-            raise RunnerError("upstream.empty_response", f"{adapter_cls.platform} finished without any answer")
-        yield final
-        yield builder.completed(usage)
-    except RunnerError as exc:
-        if env is not None and env.session.dirty:
-            # a new id is kept for the next turn; a stale one that was dropped is cleared
-            yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
-        log.warning("run failed: %s (%s)", redact(exc.message), exc.code)
-        yield builder.failed(exc.code, redact(exc.message), exc.retryable, usage)
-    except Exception as exc:  # noqa: BLE001 - nothing may escape run()
-        log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
-        log.debug("%s", redact(traceback.format_exc()))
-        yield builder.failed("runner.internal", redact(f"internal error: {type(exc).__name__}: {exc}"), False, usage)
+    explain = _flag(config, "explain-failures", True)
+    if builder.has_output:
+        msg = builder.final_message(note=incomplete_note(platform, code, message, detailed=explain))
+        if msg is not None:
+            out.append(msg)
+    elif explain:
+        out.append(builder.notice_message(explanation(platform, code, message)))
+    log.warning("run failed: %s (%s)", message, code)
+    out.append(builder.failed(code, message, retryable, usage))
+    return out
 
 
 async def _pump(
-    adapter: Adapter, env: RunEnv, builder: ResultBuilder, usage: UsageTotals
+    adapter: Adapter, env: RunEnv, builder: ResultBuilder, usage: UsageTotals, state: _Pump
 ) -> AsyncGenerator[RunnerResult, None]:
     """Run the adapter in a task and translate its events; timers feed ticks into the same queue."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
-    finished = False
 
     async def produce() -> None:
         try:
@@ -194,14 +301,29 @@ async def _pump(
         except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
             queue.put_nowait(_Raised(exc))
 
+    idle = env.idle_timeout
+    idle_timer: asyncio.TimerHandle | None = None
+
+    def check_idle() -> None:
+        nonlocal idle_timer
+        quiet = time.monotonic() - env.last_activity
+        if quiet >= idle:
+            idle_timer = None
+            queue.put_nowait(_IDLE)
+        else:
+            idle_timer = loop.call_later(idle - quiet, check_idle)
+
+    env.touch()
     task = loop.create_task(produce())
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
+    if idle > 0:
+        idle_timer = loop.call_later(idle, check_idle)
     tick: asyncio.TimerHandle | None = None
     try:
         while True:
             item = await queue.get()
             if item is _DONE:
-                finished = True
+                state.ended = True
                 return
             if item is _TICK:
                 tick = None
@@ -210,17 +332,26 @@ async def _pump(
                 continue
             if item is _TIMEOUT:
                 raise RunnerError(
-                    "upstream.timeout", f"{adapter.platform} did not finish before the run's time limit"
+                    "upstream.timeout",
+                    f"{adapter.platform} did not finish within the run's time limit of {env.limit:.0f} s",
+                )
+            if item is _IDLE:
+                raise RunnerError(
+                    "upstream.timeout",
+                    f"{adapter.platform} sent nothing for {idle:g} s (idle-timeout)",
                 )
             if isinstance(item, _Raised):
-                finished = True
+                state.ended = True
                 raise item.exc
+            env.touch()
             for r in _translate(item, env, builder, usage):
                 yield r
             if tick is None and (due := builder.due_in()) is not None:
                 tick = loop.call_later(due, queue.put_nowait, _TICK)
     finally:
         deadline_timer.cancel()
+        if idle_timer is not None:
+            idle_timer.cancel()
         if tick is not None:
             tick.cancel()
         if not task.done():
@@ -229,11 +360,6 @@ async def _pump(
             await task
         except BaseException:  # noqa: BLE001 - the producer's own end is irrelevant here
             pass
-        if not finished:
-            try:
-                await asyncio.wait_for(adapter.cancel(), timeout=3.0)
-            except BaseException:  # noqa: BLE001 - best effort
-                pass
 
 
 def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotals) -> list[RunnerResult]:

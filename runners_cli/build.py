@@ -3,8 +3,12 @@ LangBot will, and package it with the SDK's own ``lbp build``.
 
 Staging layout (``.stage/<plugin-dir>`` under the repository root, wiped on every build)::
 
-    .stage/dify-agent/            a copy of dify-agent/ (no __pycache__, .env, dist)
+    .stage/dify-agent/            a copy of dify-agent/ (no __pycache__, .env, dist), README.md and
+                                  readme/README_zh_Hans.md included
     .stage/dify-agent/runner_kit/ a copy of the repository's runner_kit/
+
+LangBot's plugin page shows ``readme/README_<language>.md`` when the UI is not English and
+``README.md`` otherwise, so a plugin must ship both and the package must contain both.
 
 The SDK build runs with the staging folder as its working directory (it only works on ``.``), so
 it is serialised behind a lock and the previous working directory is always restored.
@@ -17,6 +21,7 @@ import contextlib
 import io
 import logging
 import os
+import re
 import shutil
 import threading
 import zipfile
@@ -36,6 +41,10 @@ REQUIRED_AUTHOR = "langbot-team"
 REQUIRED_RUNNER_NAME = "default"
 MIN_VERSION = Version("0.3.0")
 LOCALES = ("en_US", "zh_Hans")
+# the plugin page (SDK GET_PLUGIN_README): readme/README_<language>.md for a non-English UI, else README.md
+README_FILES = ("README.md", "readme/README_zh_Hans.md")
+# the page is a narrow pane: a fourth column is already cut off at 1440 px
+README_MAX_COLUMNS = 3
 
 # never copied into the staging folder (plugin side) or the kit copy
 _PLUGIN_SKIP = ("__pycache__", "*.pyc", "*.pyo", ".env", "dist", ".stage", ".pytest_cache", ".ruff_cache", "*.lbpkg")
@@ -366,7 +375,96 @@ def validate_plugin(directory: Path) -> Validation:
         _check_execution(v, directory, os.path.dirname(comp.rel_path), comp.execution, where)
     # (e) requirements
     v.problems += requirement_problems(directory / "requirements.txt")
+    # (f) the plugin page in English and Chinese
+    for rel in README_FILES:
+        if not (directory / rel).is_file():
+            v.add(f"{rel} is missing (LangBot shows it on the plugin page)")
     return v
+
+
+# --- the plugin page (README) ------------------------------------------------------------------
+
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+_DELIMITER_CELL = re.compile(r"^\s*:?-+:?\s*$")
+_HEADING = re.compile(r"^ {0,3}(#{1,6})\s")
+_CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _table_cells(line: str) -> list[str]:
+    s = line.strip()
+    if s.startswith("|"):
+        s = s[1:]
+    if s.endswith("|") and not s.endswith("\\|"):
+        s = s[:-1]
+    return re.split(r"(?<!\\)\|", s)
+
+
+def _outside_fences(text: str) -> list[tuple[int, str]]:
+    """(line number, line) for the lines of a markdown text that are not inside fenced code."""
+    out: list[tuple[int, str]] = []
+    fence: str | None = None
+    for n, line in enumerate(text.splitlines(), start=1):
+        m = _FENCE.match(line)
+        if m:
+            if fence is None:
+                fence = m.group(1)[0]
+            elif m.group(1)[0] == fence:
+                fence = None
+            continue
+        if fence is None:
+            out.append((n, line))
+    return out
+
+
+def markdown_tables(text: str) -> list[tuple[int, int]]:
+    """(header line number, column count) of every markdown table outside fenced code."""
+    lines = _outside_fences(text)
+    tables = []
+    for (hn, header), (dn, delim) in zip(lines, lines[1:], strict=False):
+        if dn == hn + 1 and "|" in header and "|" in delim and all(
+            _DELIMITER_CELL.match(c) for c in _table_cells(delim)
+        ):
+            tables.append((hn, max(len(_table_cells(header)), len(_table_cells(delim)))))
+    return tables
+
+
+def _headings(text: str) -> list[int]:
+    return [len(m.group(1)) for _, line in _outside_fences(text) if (m := _HEADING.match(line))]
+
+
+def mentions(text: str, key: str) -> bool:
+    """The config key appears as a whole name (``timeout`` is not found inside ``idle-timeout``)."""
+    return re.search(rf"(?<![A-Za-z0-9_-]){re.escape(key)}(?![A-Za-z0-9_-])", text) is not None
+
+
+def readme_problems(directory: Path, keys: list[str]) -> list[str]:
+    """The plugin page in both languages: present, naming every config key, tables at most
+    ``README_MAX_COLUMNS`` wide, and the Chinese page a whole translation (same headings)."""
+    directory = Path(directory)
+    problems: list[str] = []
+    texts: dict[str, str] = {}
+    for rel in README_FILES:
+        path = directory / rel
+        if not path.is_file():
+            problems.append(f"{rel} is missing (LangBot shows it on the plugin page)")
+            continue
+        text = texts[rel] = path.read_text(encoding="utf-8")
+        missing = [k for k in keys if not mentions(text, k)]
+        if missing:
+            problems.append(f"{rel} does not mention the config keys: {', '.join(missing)}")
+        for line, columns in markdown_tables(text):
+            if columns > README_MAX_COLUMNS:
+                problems.append(f"{rel}:{line}: a table has {columns} columns; at most {README_MAX_COLUMNS} fit "
+                                "LangBot's plugin page (move details into text or bullets below it)")
+    english, chinese = (texts.get(rel) for rel in README_FILES)
+    if english is not None and chinese is not None:
+        zh = README_FILES[1]
+        if not _CJK.search(chinese):
+            problems.append(f"{zh} has no Chinese text")
+        if _headings(chinese) != _headings(english):
+            problems.append(f"{zh} has headings {_headings(chinese)} but README.md has {_headings(english)} "
+                            "(translate the whole page, section by section)")
+    return problems
 
 
 # --- packaging ---------------------------------------------------------------------------------
@@ -396,7 +494,7 @@ def package_problems(path: Path) -> list[str]:
         bad = parts & _FORBIDDEN_PARTS
         if bad or n.endswith((".pyc", ".pyo", ".lbpkg")):
             problems.append(f"package contains {n}")
-    for required in ("manifest.yaml", "requirements.txt", "runner_kit/__init__.py"):
+    for required in ("manifest.yaml", "requirements.txt", "runner_kit/__init__.py", *README_FILES):
         if required not in names:
             problems.append(f"package lacks {required}")
     return problems

@@ -89,6 +89,7 @@ class Identity:
     actor_id: str | None = "u-1"
     actor_name: str | None = "Tester"
     bot_id: str | None = "bot-1"
+    workspace_id: str | None = "ws-1"
     launcher_type: str | None = None
     launcher_id: str | None = None
     thread_id: str | None = None
@@ -143,13 +144,14 @@ class LocalHost:
         config = dict(config or {})
         run_id = str(uuid.uuid4())
         self._runs[run_id] = ident
-        t = config.get("timeout") if timeout is None else timeout
+        # like the real host: a missing timeout is 300 s; 0, negative, blank or unparsable is no deadline
+        t = config.get("timeout", 300.0) if timeout is None else timeout
         try:
-            t = float(t) if t is not None else 300.0
+            t = float(t) if t is not None else 0.0
         except (TypeError, ValueError):
-            t = 300.0
-        if deadline_at is None:
-            deadline_at = time.time() + (t if t > 0 else 300.0)
+            t = 0.0
+        if deadline_at is None and t > 0:
+            deadline_at = time.time() + t
         state: dict[str, dict[str, Any]] = {}
         for scope in SCOPES:
             sk = self.scope_key(ident, scope)
@@ -165,6 +167,7 @@ class LocalHost:
                 "launcher_id": ident.launcher_id,
                 "sender_id": ident.actor_id,
                 "bot_id": ident.bot_id,
+                "workspace_id": ident.workspace_id,
             }
         data = {
             "run_id": run_id,
@@ -200,7 +203,7 @@ class LocalHost:
             "runtime": {
                 "langbot_version": "4.11.2",
                 "deadline_at": deadline_at,
-                "metadata": {"bot_id": ident.bot_id, "streaming_supported": True},
+                "metadata": {"bot_id": ident.bot_id, "workspace_id": ident.workspace_id, "streaming_supported": True},
             },
             "variables": {"query_id": 1},
             "config": config,

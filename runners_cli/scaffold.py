@@ -173,23 +173,56 @@ class {cls}Adapter(Adapter):
         yield  # pragma: no cover
 '''
 
+# The plugin page: LangBot shows readme/README_<language>.md when its interface is not English and
+# README.md otherwise. Both name every config key; tables stay at most three short columns (the
+# page is a narrow pane), details go in the bullets below them.
 _README = """\
 # {name} — {platform} as a LangBot agent
+
+中文说明：[readme/README_zh_Hans.md](readme/README_zh_Hans.md) (LangBot shows it when its interface
+is in Chinese).
 
 Runner id: `plugin:langbot-team/{name}/default` · version 0.3.0
 
 ## Configuration
 
-| key | type | default | meaning |
-|---|---|---|---|
-| `base-url` | string | — | the {platform} API address |
-| `api-key` | secret | — | the {platform} API key |
-| `timeout` | float (seconds) | `120` | longest a whole answer may take |
-| `remove-think` | boolean | `false` | drop reasoning from the reply |
+| key | default |
+|---|---|
+| `base-url` | required |
+| `api-key` | required |
+| `timeout` | `120` |
+| `remove-think` | `false` |
+
+- `base-url` (string): the {platform} API address.
+- `api-key` (secret): the {platform} API key.
+- `timeout` (seconds): the longest a whole answer may take; LangBot also stops the run at this limit.
+- `remove-think` (boolean): drop reasoning from the reply.
 
 ## Limits
+"""
 
-## 中文说明
+_README_ZH = """\
+# {name} — 把 {platform} 作为 LangBot 智能体
+
+English: [README.md](../README.md)（LangBot 界面为英文时显示该页）。
+
+运行器 ID：`plugin:langbot-team/{name}/default` · 版本 0.3.0
+
+## 配置
+
+| 配置项 | 默认值 |
+|---|---|
+| `base-url` | 必填 |
+| `api-key` | 必填 |
+| `timeout` | `120` |
+| `remove-think` | `false` |
+
+- `base-url`（字符串）：{platform} API 地址。
+- `api-key`（密钥）：{platform} API 密钥。
+- `timeout`（秒）：一次回答的最长时间；LangBot 也会在此时限终止运行。
+- `remove-think`（布尔）：从回复中去除思考内容。
+
+## 限制
 """
 
 _ICON = (
@@ -225,6 +258,7 @@ def scaffold(dirname: str, name: str, platform: str, root: Path = ROOT) -> Path:
         f"{pkg}/adapter.py": _ADAPTER,
         "requirements.txt": REQUIREMENTS,
         "README.md": _README,
+        "readme/README_zh_Hans.md": _README_ZH,
         "assets/icon.svg": _ICON,
     }
     for rel, template in files.items():

@@ -65,6 +65,20 @@ def dump(results: list[Any]) -> str:
     return json.dumps([r.model_dump(mode="json") for r in results], ensure_ascii=False)
 
 
+def stored_key(base: str, identity: Identity | None = None, source: str = "actor") -> str:
+    """The state key a run stores its upstream id under for this identity (see runner_kit.session)."""
+    from runner_kit.session import session_key
+
+    ident = identity or Identity()
+    users = {
+        "actor": f"{ident.actor_type}_{ident.actor_id}",
+        "conversation": f"conversation_{ident.conversation_id}",
+    }
+    key = session_key(base, source, users.get(source, ""))
+    assert key is not None
+    return key
+
+
 def state_updates(results: list[Any]) -> dict[str, Any]:
     return {r.data["key"]: r.data["value"] for r in results if rtype(r) == "state.updated"}
 

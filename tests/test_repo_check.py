@@ -11,7 +11,17 @@ from pathlib import Path
 import pytest
 from packaging.utils import canonicalize_name
 
-from runners_cli.build import config_item_problems, parse_requirements, requirement_problems, validate_plugin
+from runners_cli.build import (
+    README_FILES,
+    README_MAX_COLUMNS,
+    config_item_problems,
+    markdown_tables,
+    mentions,
+    parse_requirements,
+    readme_problems,
+    requirement_problems,
+    validate_plugin,
+)
 from runners_cli.plugins import ROOT, PluginInfo, discover
 
 PLUGINS = discover()
@@ -216,13 +226,56 @@ def test_migration_keys_declared(info: PluginInfo) -> None:
     assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
 
 
+@pytest.mark.parametrize("readme", README_FILES)
 @pytest.mark.parametrize("info", PLUGINS, ids=IDS)
-def test_readme_mentions_every_config_key(info: PluginInfo) -> None:
-    readme = info.directory / "README.md"
-    assert readme.is_file(), f"{info.dirname}/README.md is missing"
-    text = readme.read_text(encoding="utf-8")
-    missing = [name for name in _items(info) if name not in text]
-    assert missing == [], f"{info.dirname}/README.md does not mention: {', '.join(missing)}"
+def test_readme_mentions_every_config_key(info: PluginInfo, readme: str) -> None:
+    # LangBot's plugin page serves readme/README_<language>.md to a non-English UI, README.md otherwise
+    path = info.directory / readme
+    assert path.is_file(), f"{info.dirname}/{readme} is missing"
+    text = path.read_text(encoding="utf-8")
+    missing = [name for name in _items(info) if not mentions(text, name)]
+    assert missing == [], f"{info.dirname}/{readme} does not mention: {', '.join(missing)}"
+
+
+@pytest.mark.parametrize("readme", README_FILES)
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_readme_tables_are_narrow(info: PluginInfo, readme: str) -> None:
+    # the plugin page is a narrow pane: at 1440 px a fourth column is already cut off
+    path = info.directory / readme
+    if not path.is_file():
+        pytest.skip(f"{readme} is missing (reported by test_readme_mentions_every_config_key)")
+    wide = [(line, cols) for line, cols in markdown_tables(path.read_text(encoding="utf-8"))
+            if cols > README_MAX_COLUMNS]
+    assert wide == [], f"{info.dirname}/{readme}: tables wider than {README_MAX_COLUMNS} columns at " + ", ".join(
+        f"line {line} ({cols} columns)" for line, cols in wide
+    )
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_readme_problems_are_none(info: PluginInfo) -> None:
+    # includes: the Chinese page is the whole page translated (same headings), not a summary
+    problems = readme_problems(info.directory, list(_items(info)))
+    assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
+
+
+def test_readme_checks_catch_the_problems(tmp_path: Path) -> None:
+    (tmp_path / "README.md").write_text(
+        "# X\n\n## Configuration\n\n| key | type | default | meaning |\n|---|---|---|---|\n"
+        "| `idle-timeout` | float | `30` | x |\n\n```\n| a | b | c | d |\n|---|---|---|---|\n```\n\n"
+        "a | b\n--|--\n",
+        encoding="utf-8",
+    )
+    assert markdown_tables((tmp_path / "README.md").read_text(encoding="utf-8")) == [(5, 4), (14, 2)]
+    assert mentions("`idle-timeout`", "idle-timeout") and not mentions("`idle-timeout`", "timeout")
+    problems = readme_problems(tmp_path, ["idle-timeout", "timeout"])
+    assert any("README.md does not mention the config keys: timeout" in p for p in problems), problems
+    assert any("README.md:5: a table has 4 columns" in p for p in problems), problems
+    assert any("readme/README_zh_Hans.md is missing" in p for p in problems), problems
+    (tmp_path / "readme").mkdir()
+    (tmp_path / "readme" / "README_zh_Hans.md").write_text("# X\n\n`idle-timeout` `timeout`\n", encoding="utf-8")
+    problems = readme_problems(tmp_path, ["idle-timeout", "timeout"])
+    assert any("has no Chinese text" in p for p in problems), problems
+    assert any("translate the whole page" in p for p in problems), problems
 
 
 # --- across the repository ---------------------------------------------------------------------

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from runners_cli.build import BuildError, build_all, build_plugin, sdk_build, validate_plugin
+from runners_cli.build import README_FILES, BuildError, build_all, build_plugin, sdk_build, validate_plugin
 from runners_cli.plugins import ROOT, PluginInfo, discover, load_plugin
 from tests.fakes.http_server import closed_port
 
@@ -190,6 +190,12 @@ def test_package_contents(built: dict[str, Path], info: PluginInfo) -> None:
         assert not n.endswith((".pyc", ".lbpkg")), n
     assert "runner_kit/__init__.py" in names
     assert "requirements.txt" in names
+    # the plugin page: README.md for an English UI, readme/README_<language>.md otherwise
+    for readme in README_FILES:
+        assert readme in names, f"{readme} is missing from the package"
+    with zipfile.ZipFile(path) as zf:
+        for readme in README_FILES:
+            assert zf.read(readme) == (info.directory / readme).read_bytes(), readme
     kit = {p.relative_to(ROOT).as_posix() for p in (ROOT / "runner_kit").glob("*.py")}
     assert kit <= set(names), f"kit files missing from the package: {sorted(kit - set(names))}"
 
@@ -337,6 +343,24 @@ def test_invalid_plugin_fails_the_build(tmp_path: Path, kwargs: dict[str, Any], 
     report = caught.value.report()
     assert info.name in report and expected in report, report
     assert not list((tmp_path / "out").glob("*.lbpkg")) if (tmp_path / "out").exists() else True
+
+
+def test_missing_chinese_readme_fails_the_build(tmp_path: Path) -> None:
+    info = _mutated(tmp_path / "src", PLUGINS[0])
+    (info.directory / "readme" / "README_zh_Hans.md").unlink()
+    with pytest.raises(BuildError) as caught:
+        build_plugin(info, tmp_path / "out", stage_root=tmp_path / "stage")
+    assert "readme/README_zh_Hans.md is missing" in caught.value.report()
+
+
+def test_readme_left_out_of_the_package_fails_the_build(tmp_path: Path) -> None:
+    # a plugin-level .gitignore steers what the SDK zips; the package must still hold both pages
+    info = _mutated(tmp_path / "src", PLUGINS[0])
+    (info.directory / ".gitignore").write_text("readme/\n", encoding="utf-8")
+    with pytest.raises(BuildError) as caught:
+        build_plugin(info, tmp_path / "out", stage_root=tmp_path / "stage")
+    assert "package lacks readme/README_zh_Hans.md" in caught.value.report()
+    assert not list((tmp_path / "out").glob("*.lbpkg"))
 
 
 def test_cli_build_reports_failure(tmp_path: Path) -> None:

@@ -70,9 +70,13 @@ def test_chat_twice_continues_the_conversation(fake_dify, tmp_path: Path) -> Non
         assert "usage: " in proc.stderr
 
     host = LocalHost(store=StateStore(state))
-    conv_id = host.store.get(host.scope_key(Identity(conversation_id="cli"), "conversation"), "dify.conversation_id")
+    # user-id-source actor (the default): the id is kept per upstream user (dify.conversation_id.u<digest>)
+    stored = host.store.snapshot(host.scope_key(Identity(conversation_id="cli"), "conversation"))
+    keys = [k for k in stored if k.startswith("dify.conversation_id.u")]
+    assert len(keys) == 1, stored
+    conv_id = stored[keys[0]]
     assert conv_id, "the upstream conversation id was not persisted"
-    assert f"dify.conversation_id = {conv_id}" in first.stderr
+    assert f"{keys[0]} = {conv_id}" in first.stderr
 
     reqs = _chat_requests(fake_dify)
     assert len(reqs) == 2
@@ -112,7 +116,8 @@ def test_chat_failure_is_reported_and_exits_1(tmp_path: Path) -> None:
         "-m", "hello", "--state", str(tmp_path / "s.sqlite"),
     )
     assert proc.returncode == 1
-    assert proc.stdout == ""
+    # what the chat user would read: the failure explained in plain words, no code alone
+    assert "Dify cannot be reached right now" in proc.stdout and "[upstream" not in proc.stdout
     assert "error [upstream.unavailable] (retryable): " in proc.stderr
     assert "usage: unknown" in proc.stderr
     assert secret not in proc.stderr

@@ -44,12 +44,17 @@ def test_numeric_strings_coerced():
     assert load(timeout=45)["timeout"] == 45.0  # migration sends int for a float field
 
 
-@pytest.mark.parametrize("bad", ["", "  ", "abc", "nan", "inf", "-1", "0", 0, -5, math.inf, True])
+@pytest.mark.parametrize("bad", ["abc", "nan", "inf", "-1", -5, math.inf, True])
 def test_bad_timeouts_fail_clearly_naming_the_key(bad):
     with pytest.raises(RunnerError) as info:
         load(timeout=bad)
     assert info.value.code == "config.invalid"
     assert "'timeout'" in info.value.message
+
+
+@pytest.mark.parametrize("blank", ["", "  ", "0", 0, 0.0])
+def test_zero_or_blank_timeout_means_no_limit_as_the_host_reads_it(blank):
+    assert load(timeout=blank)["timeout"] == 0
 
 
 def test_integer_field_rejects_fractions():

@@ -21,7 +21,7 @@ def test_first_text_immediately_then_coalesced_and_cumulative():
     assert b.add_text(" w") is None  # 2 pending < max(4, 2.5)
     r = b.add_text("orld")  # 6 pending >= 4 and >= 2.5
     assert content(r) == "Hello world"
-    assert r.data["chunk"]["content"] == " world"
+    assert r.data["chunk"]["content"] is None, "all_content carries the text; content does not repeat it"
 
 
 def test_max_delay_flushes_slow_text():
@@ -94,3 +94,77 @@ def test_final_message_with_attachments():
 
 def test_nothing_to_say_gives_no_message():
     assert ResultBuilder("r").final_message() is None
+
+
+def _all(results):
+    return [content(r) for r in results if r is not None]
+
+
+def test_think_streaming_is_a_prefix_extension_and_stays_open_until_the_answer():
+    b = ResultBuilder("r", policy=StreamPolicy(growth=0, min_chars=0, max_delay=0))
+    seen = _all([b.add_think("Let me "), b.add_think("think.\n"), b.add_think("More."), b.add_text("The answer"),
+                 b.add_text(" is 42.")])
+    for a, nxt in zip(seen, seen[1:], strict=False):
+        assert nxt.startswith(a), (a, nxt)
+    assert seen[1] == "<think>\nLet me think."  # open while reasoning streams, no close tag yet
+    assert "</think>" not in seen[2]
+    final = b.final_message().data["message"]["content"]
+    assert final == "<think>\nLet me think.\nMore.\n</think>\nThe answer is 42."
+    assert final.startswith(seen[-1])
+
+
+def test_reasoning_after_shown_answer_is_appended_never_inserted_before_it():
+    b = ResultBuilder("r", policy=StreamPolicy(growth=0, min_chars=0, max_delay=0))
+    seen = _all([b.add_text("Step one done."), b.add_think("now the tool"), b.add_text("Final.")])
+    for a, nxt in zip(seen, seen[1:], strict=False):
+        assert nxt.startswith(a)
+    assert seen[-1] == "Step one done.\n\n<think>\nnow the tool\n</think>\nFinal."
+
+
+def test_reasoning_only_run_closes_its_block_in_the_final_message():
+    b = ResultBuilder("r")
+    b.add_think("only thoughts")
+    assert b.final_message().data["message"]["content"] == "<think>\nonly thoughts\n</think>"
+
+
+def test_whitespace_only_answer_is_no_message():
+    b = ResultBuilder("r")
+    assert b.add_text("  \n ") is None
+    assert b.final_message() is None
+
+
+def test_every_result_stays_under_the_host_cap_with_a_visible_notice():
+    import json
+
+    from runner_kit.results import HOST_RESULT_LIMIT, TRUNCATED_NOTICE
+
+    b = ResultBuilder("r")
+    out = []
+    piece = "汉字" * 500  # 6 bytes each once ASCII-escaped
+    for _ in range(200):  # 200 K CJK characters, about 1.2 MiB escaped
+        out.append(b.add_text(piece))
+    out.append(b.flush())
+    final = b.final_message()
+    sizes = [len(json.dumps(r.model_dump(mode="json"))) for r in [*filter(None, out), final]]
+    assert max(sizes) < HOST_RESULT_LIMIT
+    text = final.data["message"]["content"]
+    assert b.truncated and text.endswith(TRUNCATED_NOTICE)
+    seen = _all(out)
+    assert seen[-1] == text, "the last delta and the final message agree"
+    for a, nxt in zip(seen, seen[1:], strict=False):
+        assert nxt.startswith(a)
+
+
+def test_partial_answer_keeps_text_and_puts_the_note_on_its_own_line():
+    b = ResultBuilder("r")
+    b.add_text("Half an ans")
+    msg = b.final_message(note="(incomplete)").data["message"]["content"]
+    assert msg == "Half an ans\n\n(incomplete)"
+
+
+def test_preamble_comes_first_and_is_not_an_answer():
+    b = ResultBuilder("r")
+    b.set_preamble("(new conversation)")
+    assert not b.has_output and b.final_message() is None
+    b.add_text("hi")
+    assert b.final_message().data["message"]["content"] == "(new conversation)\n\nhi"

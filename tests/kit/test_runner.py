@@ -12,7 +12,7 @@ from runner_kit.config import ConfigSchema
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.runner import Adapter, KitRunner, deadline_margin
 from runners_cli.host import Identity, LocalHost
-from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, terminal
+from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, stored_key, terminal
 
 SCHEMA = ConfigSchema.from_items(
     [
@@ -46,6 +46,9 @@ class Scripted(Adapter):
         type(self).cancelled.append(True)
 
 
+KEY = stored_key("scripted.session")  # per upstream user under the default user-id-source (actor)
+
+
 def make(script):
     cls = type("S", (Scripted,), {"script": script, "cancelled": [], "attempts": []})
     runner_cls = type("R", (KitRunner,), {"adapter": cls, "schema": SCHEMA})
@@ -73,7 +76,7 @@ async def test_happy_path_with_session_and_usage():
     r, host, _ = make([ev.SessionId("s1"), ev.Text("hel"), ev.Text("lo"), ev.Usage(3, 4)])
     results = await run(r, host)
     assert final_text(results) == "hello"
-    assert state_updates(results) == {"scripted.session": "s1"}
+    assert state_updates(results) == {KEY: "s1"}
     end = terminal(results)
     assert end.usage.model_dump() == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
 
@@ -107,11 +110,11 @@ async def test_missing_session_retried_once_on_fresh_session():
             raise SessionMissing()
 
     r, host, cls = make([first_missing, ev.SessionId("fresh"), ev.Text("ok")])
-    host.store.set(host.scope_key(Identity(), "conversation"), "scripted.session", "stale")
+    host.store.set(host.scope_key(Identity(), "conversation"), KEY, "stale")
     results = await run(r, host)
-    assert final_text(results) == "ok"
+    assert final_text(results) == "(The previous conversation could not be continued, so this reply starts a new one.)\n\nok"
     assert calls == ["stale", None]
-    assert state_updates(results) == {"scripted.session": "fresh"}
+    assert state_updates(results) == {KEY: "fresh"}
 
 
 async def test_missing_session_twice_fails_not_found():
@@ -200,10 +203,25 @@ async def test_every_result_validates_as_the_host_does():
         models[payload["type"]].model_validate(payload["data"])
 
 
-async def test_stale_session_cleared_when_the_fresh_retry_also_fails():
+async def test_stored_session_kept_when_the_fresh_retry_also_fails():
+    """If a fresh conversation fails the same way, the stored one was not the problem: keep it."""
     r, host, _ = make([boom(SessionMissing())])
-    host.store.set(host.scope_key(Identity(), "conversation"), "scripted.session", "stale")
+    host.store.set(host.scope_key(Identity(), "conversation"), KEY, "stale")
     results = await run(r, host)
     assert failure(results)[0] == "upstream.not_found"
-    assert state_updates(results) == {"scripted.session": None}
-    assert host.make_context("next").state.conversation["scripted.session"] is None
+    assert state_updates(results) == {}
+    assert host.make_context("next").state.conversation[KEY] == "stale"
+
+
+async def test_stored_session_kept_when_the_fresh_retry_fails_otherwise():
+    async def missing_then_down(adapter):
+        if adapter.env.session.current:
+            raise SessionMissing()
+        raise RunnerError("upstream.unavailable", "HTTP 502")
+
+    r, host, _ = make([missing_then_down])
+    host.store.set(host.scope_key(Identity(), "conversation"), KEY, "old")
+    results = await run(r, host)
+    assert failure(results)[0] == "upstream.unavailable"
+    assert state_updates(results) == {}
+    assert host.make_context("next").state.conversation[KEY] == "old"
