@@ -56,10 +56,4 @@ def incomplete_note(platform: str, code: str, message: str, *, detailed: bool = 
     """The line after a partial answer."""
     if not detailed:
         return "(This answer is incomplete.)"
-    if code == "upstream.timeout":
-        why = f"{platform} stopped before finishing — {_detail(message)}"
-    elif code == "upstream.unavailable":
-        why = f"the connection to {platform} broke off — {_detail(message)}"
-    else:
-        why = _detail(message)
-    return f"(This answer is incomplete: {why.rstrip('.')}.)"
+    return f"(This answer is incomplete: {_detail(message).rstrip('.')}.)"

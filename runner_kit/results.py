@@ -389,7 +389,9 @@ class ResultBuilder:
         if not shown and not self.attachments:
             return None
         if note:
-            text = f"{text.rstrip()}\n\n{note}"
+            # on its own line, after exactly what was shown (the final message extends the last delta)
+            sep = "" if text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
+            text = f"{text}{sep}{note}"
         return self._message(text)
 
     def notice_message(self, text: str) -> RunnerResult:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -316,6 +317,21 @@ class ChatSession:
                 p.note(f"state: {scope}.{key} = {_short(value)}")
 
 
+def _read_line(stdin: TextIO) -> str:
+    """Read one line; the first Ctrl-C ends the wait at once.
+
+    While a coroutine blocks in ``readline`` asyncio's own SIGINT handler only schedules a cancel
+    for the next await, and the interrupted read restarts, so the first Ctrl-C seemed swallowed."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    except ValueError:  # not the main thread: no signal handling to borrow
+        return stdin.readline()
+    try:
+        return stdin.readline()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 async def run_session(session: ChatSession, message: str | None, stdin: TextIO) -> int:
     """One event loop for the whole session: a single turn (-m) or a REPL until EOF or /exit."""
     failed = False
@@ -342,7 +358,12 @@ async def run_session(session: ChatSession, message: str | None, stdin: TextIO) 
             if interactive:
                 session.err.write("> ")
                 session.err.flush()
-            line = stdin.readline()  # between turns the loop has nothing else to do
+            try:
+                line = _read_line(stdin)  # between turns the loop has nothing else to do
+            except KeyboardInterrupt:
+                if interactive:
+                    session.err.write("\n")
+                return 130
             if not line:
                 break
             text = line.rstrip("\r\n")

@@ -174,3 +174,34 @@ def test_helpers() -> None:
     assert looks_secret("x.access_token", "abc", [])
     assert looks_secret("dify.conversation_id", "has app-k in it", ["app-k"])
     assert not looks_secret("dify.conversation_id", "c-1", ["app-k"])
+
+
+def test_first_ctrl_c_at_the_prompt_ends_the_session(tmp_path: Path) -> None:
+    """The first Ctrl-C used to be swallowed while the prompt waited for a line."""
+    import signal
+    import time
+
+    proc = subprocess.Popen(
+        [*_runners(), "chat", "dify-agent", "--set", "base-url=http://127.0.0.1:9/v1", "--set", "api-key=app-x-1234",
+         "--state", str(tmp_path / "s.sqlite")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(ROOT),
+    )
+    try:
+        deadline = time.monotonic() + 15
+        syscall = Path(f"/proc/{proc.pid}/syscall")
+        while time.monotonic() < deadline:  # until it blocks reading stdin (read is syscall 0 on x86-64)
+            try:
+                if syscall.read_text().split()[0] in ("0", "63"):
+                    break
+            except (OSError, IndexError):
+                pass
+            time.sleep(0.1)
+        time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 130

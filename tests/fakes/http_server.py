@@ -454,6 +454,7 @@ class Response:
         except ValueError:
             reason = "Unknown"
         lines = [f"HTTP/1.1 {status} {reason}"]
+        headers = {**self._server.extra_response_headers, **headers}
         has = {k.lower() for k in headers}
         if "server" not in has:
             lines.append(f"Server: {self._server.server_name}")
@@ -540,6 +541,8 @@ class FakeHTTPServer:
         self.client_disconnects = 0
         #: exceptions raised by handlers (a test can assert this stays empty)
         self.handler_errors: list[BaseException] = []
+        #: headers added to every response (e.g. a Set-Cookie, to prove clients keep no cookies)
+        self.extra_response_headers: dict[str, str] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 

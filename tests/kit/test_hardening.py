@@ -1,0 +1,218 @@
+"""Regression tests for defects found when the kit was tried as a hostile user would (issue 6 §1)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import ssl
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from runner_kit import events as ev
+from runner_kit.config import ConfigSchema
+from runner_kit.errors import RunnerError
+from runner_kit.http import _clients, close_shared_client, open_stream, shared_client
+from runner_kit.identity import upstream_user
+from runner_kit.runner import Adapter, KitRunner
+from runners_cli.host import Identity, LocalHost
+from tests.fakes.http_server import FakeHTTPServer
+from tests.helpers import rtype
+
+SCHEMA = ConfigSchema.from_items(
+    [
+        {"name": "api-key", "type": "secret", "default": "sk-hardening-secret"},
+        {"name": "timeout", "type": "float", "default": 60},
+        {"name": "stream-growth", "type": "float", "default": 1.0, "x-minimum": 0},
+    ]
+)
+
+
+class SlowStop(Adapter):
+    platform = "Slow"
+    stops: list[float] = []
+
+    async def stream(self):
+        yield ev.Text("partial answer")
+        await asyncio.sleep(60)
+
+    async def cancel(self):
+        type(self).stops.append(time.time())
+        await asyncio.sleep(10)  # a stop endpoint that hangs
+
+
+async def test_deadline_failure_reaches_the_host_before_a_slow_stop_call():
+    runner_cls = type("R", (KitRunner,), {"adapter": SlowStop, "schema": SCHEMA})
+    host = LocalHost()
+    r = runner_cls()
+    r.bind_runtime(plugin_runtime_handler=host)
+    deadline = time.time() + 2.0
+    got_failure_at = None
+    async for res in r.invoke(host.make_context("x", deadline_at=deadline)):
+        if rtype(res) == "run.failed":
+            got_failure_at = time.time()
+            assert res.data["code"] == "upstream.timeout"
+    assert got_failure_at is not None and got_failure_at < deadline, "the clean timeout beat the host deadline"
+    assert SlowStop.stops, "the upstream was still told to stop"
+
+
+async def test_zero_or_blank_timeout_means_no_deadline():
+    runner_cls = type("R", (KitRunner,), {"adapter": Quick, "schema": SCHEMA})
+    host = LocalHost()
+    r = runner_cls()
+    r.bind_runtime(plugin_runtime_handler=host)
+    for value in ("0", "", 0):
+        ctx = host.make_context("x", config={"timeout": value})
+        assert ctx.runtime.deadline_at is None  # as LangBot reads it
+        results = [res async for res in r.invoke(ctx)]
+        assert rtype(results[-1]) == "run.completed", results[-1].data
+
+
+class Quick(Adapter):
+    platform = "Quick"
+
+    async def stream(self):
+        assert self.env.budget() > 3600
+        yield ev.Text("ok")
+
+
+async def test_negative_minimum_fields_are_config_errors():
+    with pytest.raises(RunnerError) as info:
+        SCHEMA.load({"stream-growth": -1})
+    assert info.value.code == "config.invalid" and "stream-growth" in info.value.message
+
+
+# --- HTTP ----------------------------------------------------------------------------------------
+
+
+class Redirecting(FakeHTTPServer):
+    def __init__(self, location: str):
+        super().__init__()
+        self.location = location
+        self.add_route("POST", "/v1/chat-messages", self._moved)
+
+    async def _moved(self, req, resp):
+        await resp.send(301, b"<html>moved</html>", "text/html", {"Location": self.location})
+
+
+async def test_redirect_is_a_config_error_naming_where_to():
+    with Redirecting("https://dify.example.com/v1/chat-messages?token=abc") as srv:
+        with pytest.raises(RunnerError) as info:
+            async with open_stream(shared_client(), "POST", srv.url("/v1/chat-messages"), budget=5, platform="Dify"):
+                pass
+    err = info.value
+    assert err.code == "config.invalid" and not err.retryable
+    assert "https://dify.example.com/v1/chat-messages" in err.message and "https://" in err.message
+    assert "token=abc" not in err.message
+    await close_shared_client()
+
+
+async def test_non_ascii_key_is_a_config_error_not_a_crash():
+    with Redirecting("/x") as srv:
+        with pytest.raises(RunnerError) as info:
+            async with open_stream(shared_client(), "POST", srv.url("/v1/chat-messages"), budget=5, platform="Dify",
+                                   headers={"Authorization": "Bearer app-密钥\u3000"}):
+                pass
+    assert info.value.code == "config.invalid"
+    assert "密钥" not in info.value.message
+    await close_shared_client()
+
+
+@pytest.fixture(scope="module")
+def tls_cert(tmp_path_factory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("tls")
+    cert, key = d / "cert.pem", d / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True,
+    )
+    return cert, key
+
+
+async def test_tls_certificate_failure_is_said_and_not_retryable(tls_cert):
+    cert, key = tls_cert
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+
+    async def handle(reader, writer):
+        try:
+            await reader.read(100)
+        except Exception:  # noqa: BLE001 - the client aborts the handshake
+            pass
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, ssl=ctx)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(RunnerError) as info:
+            async with open_stream(shared_client(), "POST", f"https://127.0.0.1:{port}/v1/x", budget=5,
+                                   platform="Dify"):
+                pass
+    finally:
+        server.close()
+        await server.wait_closed()
+        await close_shared_client()
+    err = info.value
+    assert err.code == "upstream.tls" and not err.retryable
+    assert "TLS certificate verification failed" in err.message
+    assert "refused" not in err.message
+
+
+async def test_shared_client_keeps_no_cookies():
+    class Cookie(FakeHTTPServer):
+        def __init__(self):
+            super().__init__()
+            self.add_route("GET", "/c", self._c)
+
+        async def _c(self, req, resp):
+            await resp.send(200, b"{}", "application/json", {"Set-Cookie": "sid=bot-a-secret; Path=/"})
+
+    with Cookie() as srv:
+        client = shared_client()
+        await client.get(srv.url("/c"))
+        await client.get(srv.url("/c"))
+        assert [r.headers.get("cookie") for r in srv.find_requests()] == [None, None]
+        assert not list(client.cookies.jar)
+    await close_shared_client()
+
+
+def test_clients_of_finished_event_loops_are_freed():
+    async def use():
+        shared_client()
+
+    for _ in range(3):
+        asyncio.run(use())  # never closed explicitly, like a worker loop that went away
+    asyncio.run(use())
+    gc.collect()
+    assert len(_clients) <= 1, "one live entry at most (for the loop that just ran)"
+
+
+# --- identity ------------------------------------------------------------------------------------
+
+
+def test_hashed_identity_is_stable_opaque_and_scoped_per_bot():
+    host = LocalHost()
+    a = host.make_context("x", identity=Identity(actor_id="wxid_alice", bot_id="bot-1"))
+    a2 = host.make_context("y", identity=Identity(actor_id="wxid_alice", bot_id="bot-1", conversation_id="other"))
+    b = host.make_context("x", identity=Identity(actor_id="wxid_bob", bot_id="bot-1"))
+    other_bot = host.make_context("x", identity=Identity(actor_id="wxid_alice", bot_id="bot-2"))
+    ua = upstream_user(a, "hashed")
+    assert ua.startswith("lb_") and "alice" not in ua and len(ua) == 35
+    assert upstream_user(a2, "hashed") == ua
+    assert upstream_user(b, "hashed") != ua
+    assert upstream_user(other_bot, "hashed") != ua
+    assert upstream_user(a, "actor") == "user_wxid_alice"
+
+
+def test_legacy_identities_stay_exactly_as_the_migration_expects():
+    host = LocalHost()
+    ctx = host.make_context("x", identity=Identity(launcher_type="group", launcher_id="123", bot_id="b-9"))
+    assert upstream_user(ctx, "legacy-session") == "group_123"
+    assert upstream_user(ctx, "legacy-bot") == "b-9"
+    bare = host.make_context("x", identity=Identity(launcher_type=None, launcher_id=None))
+    with pytest.raises(RunnerError) as info:
+        upstream_user(bare, "legacy-session")
+    assert info.value.code == "config.identity_unavailable"
