@@ -103,6 +103,57 @@ spec:
       default: false
       label: {{en_US: Hide reasoning, zh_Hans: 隐藏思考过程}}
       description: {{en_US: Drop reasoning from the reply., zh_Hans: 从回复中去除思考内容。}}
+    - name: user-id-source
+      type: select
+      default: actor
+      options:
+        - {{name: actor, label: {{en_US: The sender, zh_Hans: 发送者}}}}
+        - {{name: hashed, label: {{en_US: The sender (hashed id), zh_Hans: 发送者（哈希标识）}}}}
+        - {{name: conversation, label: {{en_US: The LangBot conversation, zh_Hans: LangBot 会话}}}}
+      label: {{en_US: User identity, zh_Hans: 用户标识}}
+      description:
+        en_US: What {platform} sees as the end user. In a group, the sender (or hashed) gives each person their own conversation; the LangBot conversation shares one.
+        zh_Hans: {platform} 看到的终端用户。群聊中，“发送者”（或哈希标识）让每人各有一个会话；“LangBot 会话”全群共用一个。
+    - name: advanced-settings
+      type: boolean
+      default: false
+      label: {{en_US: Advanced settings, zh_Hans: 高级设置}}
+      description: {{en_US: Show and apply the advanced settings below., zh_Hans: 显示并应用下面的高级设置。}}
+    - name: idle-timeout
+      type: float
+      default: 0
+      x-minimum: 0
+      advanced: true
+      show_if: {{field: advanced-settings, operator: eq, value: true}}
+      label: {{en_US: Idle timeout (seconds), zh_Hans: 空闲超时（秒）}}
+      description:
+        en_US: End the run when {platform} sends nothing at all for this long. 0 turns it off.
+        zh_Hans: 当 {platform} 在这段时间内没有发送任何内容时结束运行。设为 0 关闭。
+    - name: explain-failures
+      type: boolean
+      default: true
+      advanced: true
+      show_if: {{field: advanced-settings, operator: eq, value: true}}
+      label: {{en_US: Explain failures in the chat, zh_Hans: 在聊天中说明失败原因}}
+      description:
+        en_US: Show a short explanation when a run fails instead of LangBot's generic notice.
+        zh_Hans: 运行失败时显示简要原因，而不是 LangBot 的通用提示。
+    - name: session-reset-notice
+      type: boolean
+      default: true
+      advanced: true
+      show_if: {{field: advanced-settings, operator: eq, value: true}}
+      label: {{en_US: Announce a new conversation, zh_Hans: 提示已开始新会话}}
+      description:
+        en_US: Say so in one line when the stored {platform} conversation is gone and a new one starts.
+        zh_Hans: 保存的 {platform} 会话已不存在而开始新会话时，用一行说明。
+    - name: session-reset-text
+      type: string
+      default: "(The previous conversation could not be continued, so this reply starts a new one.)"
+      advanced: true
+      show_if: {{field: advanced-settings, operator: eq, value: true}}
+      label: {{en_US: New conversation notice, zh_Hans: 新会话提示语}}
+      description: {{en_US: The line shown then., zh_Hans: 此时显示的提示语。}}
 execution:
   python:
     path: ./default.py
@@ -192,11 +243,26 @@ Runner id: `plugin:langbot-team/{name}/default` · version 0.3.0
 | `api-key` | required |
 | `timeout` | `120` |
 | `remove-think` | `false` |
+| `user-id-source` | `actor` |
+| `advanced-settings` | `false` |
+| `idle-timeout` | `0` (off) |
+| `explain-failures` | `true` |
+| `session-reset-notice` | `true` |
+| `session-reset-text` | a short line |
 
 - `base-url` (string): the {platform} API address.
 - `api-key` (secret): the {platform} API key.
 - `timeout` (seconds): the longest a whole answer may take; LangBot also stops the run at this limit.
+  0 means no limit.
 - `remove-think` (boolean): drop reasoning from the reply.
+- `user-id-source`: what {platform} sees as the end user. `actor` and `hashed` (an opaque `lb_…` id)
+  give each person in a group their own conversation; `conversation` shares one per LangBot chat.
+- `advanced-settings` (boolean): apply the advanced settings below; when off they keep their defaults.
+- `idle-timeout` (seconds, advanced): end the run when {platform} sends nothing at all for this long.
+- `explain-failures` (boolean, advanced): explain a failure in the chat instead of LangBot's generic
+  notice; an answer cut off midway keeps its text with a note.
+- `session-reset-notice` / `session-reset-text` (advanced): announce in one line that a new upstream
+  conversation was started because the stored one is gone.
 
 ## Limits
 """
@@ -216,11 +282,23 @@ English: [README.md](../README.md)（LangBot 界面为英文时显示该页）�
 | `api-key` | 必填 |
 | `timeout` | `120` |
 | `remove-think` | `false` |
+| `user-id-source` | `actor` |
+| `advanced-settings` | `false` |
+| `idle-timeout` | `0`（关闭） |
+| `explain-failures` | `true` |
+| `session-reset-notice` | `true` |
+| `session-reset-text` | 一句提示 |
 
 - `base-url`（字符串）：{platform} API 地址。
 - `api-key`（密钥）：{platform} API 密钥。
-- `timeout`（秒）：一次回答的最长时间；LangBot 也会在此时限终止运行。
+- `timeout`（秒）：一次回答的最长时间；LangBot 也会在此时限终止运行。0 表示不限时。
 - `remove-think`（布尔）：从回复中去除思考内容。
+- `user-id-source`：{platform} 看到的终端用户。`actor` 与 `hashed`（不透明的 `lb_…` 标识）让群里每人各有一个会话；
+  `conversation` 则每个 LangBot 会话共用一个。
+- `advanced-settings`（布尔）：应用下面的高级设置；关闭时使用默认值。
+- `idle-timeout`（秒，高级）：{platform} 在这段时间内没有发送任何内容时结束运行。
+- `explain-failures`（布尔，高级）：在聊天中说明失败原因，而不是 LangBot 的通用提示；中途中断的回答保留已输出的文字并附说明。
+- `session-reset-notice` / `session-reset-text`（高级）：保存的平台会话已不存在、开始新会话时用一行提示。
 
 ## 限制
 """
