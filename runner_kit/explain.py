@@ -1,22 +1,50 @@
-"""What the person in the chat reads when a run fails.
+"""What the person in the chat reads when a run fails, and how the failure still reaches the ledger.
 
-Seen on the real LangBot 4.11.2 host (tests/e2e): a ``run.failed`` becomes the host's generic line
-("Agent runner execution failed." / "temporarily unavailable") in the chat, and the runner's own
-message only reaches Run logs. So before the one ``run.failed`` the driver sends a complete message:
+Observed on the real LangBot 4.11.2 host (probe plugin and DifyAgent through the pipeline websocket
+chat, stream on and off, and the agent debug API; tests/e2e keeps the cells):
 
-- when answer text was already streamed, that text followed by a short note on its own line saying
-  the answer is incomplete and why (:func:`incomplete_note`);
-- when nothing was answered, one plain explanation of what went wrong and what to do
-  (:func:`explanation`) — unless the owner turned ``explain-failures`` off (public bots), in which
-  case the host's generic notice is all the chat shows.
+- A pipeline run that ends in ``run.failed`` shows only the host's generic line ("Agent runner
+  execution failed." / "…temporarily unavailable…"). When streaming, the host sends it as an update
+  of the runner's own message, replacing the text already shown; without streaming nothing the
+  runner sent is delivered at all. No pipeline setting hides that line (an owner can only reword it).
+- A pipeline run that ends in ``run.completed`` delivers its ``message.completed`` in both modes; the
+  ledger row is then ``completed`` with the ``finish_reason`` as its status reason, the envelope
+  usage is kept, and ``processor.log`` results are stored as run events (never shown in the chat).
+- Agent debug (``delivery.automatic_reply`` false) answers a ``run.failed`` with HTTP 422
+  ``{code, msg}``; its streaming variant, which the WebUI panel uses, shows the runner's message and
+  then an error bubble with ``msg``. The ledger row is ``failed`` with code and ``retryable``.
 
-The texts never carry secrets (the messages are redacted before they get here), stack traces or a
-bare internal code.
+So the driver ends a failed run with a complete message first — the text already streamed followed
+by a short note on its own line saying it is incomplete and why (:func:`incomplete_note`), or, when
+nothing was answered, one plain explanation of what went wrong and what to do (:func:`explanation`).
+In pipelines it then logs ``run failed: code=<code> retryable=<true|false>: <message>`` as an error
+``processor.log`` and ends with ``run.completed(finish_reason=<code>)`` carrying the partial usage:
+the chat keeps the runner's words and the ledger keeps code, retryable and usage (its status column
+says completed — the price of the host's behaviour). Elsewhere it ends with the one ``run.failed``.
+``explain-failures: false`` (public bots) sends no explanation and always ends in ``run.failed``, so
+the host's generic notice is all the chat shows.
+
+The texts never carry secrets (messages are redacted before they get here), stack traces or a bare
+internal code.
 """
 
 from __future__ import annotations
 
+import re
+
 _LIMIT = 400
+_FAILURE_LOG = re.compile(r"run failed: code=(\S+) retryable=(true|false): (.*)", re.DOTALL)
+
+
+def failure_log(code: str, retryable: bool, message: str) -> str:
+    """The ``processor.log`` line that records a failure a pipeline run ends without ``run.failed``."""
+    return f"run failed: code={code} retryable={'true' if retryable else 'false'}: {message}"
+
+
+def parse_failure_log(text: object) -> tuple[str, bool, str] | None:
+    """``(code, retryable, message)`` from a :func:`failure_log` line, else None."""
+    m = _FAILURE_LOG.fullmatch(str(text or ""))
+    return (m.group(1), m.group(2) == "true", m.group(3)) if m else None
 
 
 def _detail(message: str) -> str:

@@ -412,9 +412,9 @@ class ResultBuilder:
             content = text
         return RunnerResult.message_completed(self.run_id, Message(role="assistant", content=content))
 
-    def completed(self, usage: UsageTotals) -> RunnerResult:
+    def completed(self, usage: UsageTotals, finish_reason: str = "stop") -> RunnerResult:
         self.finished = True
-        return RunnerResult.run_completed(self.run_id, usage=usage.as_dict())
+        return RunnerResult.run_completed(self.run_id, finish_reason=finish_reason, usage=usage.as_dict())
 
     def failed(self, code: str, message: str, retryable: bool, usage: UsageTotals | None = None) -> RunnerResult:
         self.finished = True

@@ -9,8 +9,9 @@ work and leaves no task or connection behind.
 
 What the chat shows on failure (see :mod:`runner_kit.explain`): text already streamed is kept as the
 final message with a note that it is incomplete; a failure before any answer is explained in one
-plain message (``explain-failures``); the one ``run.failed`` still carries code, ``retryable`` and
-partial usage for the run ledger. The upstream stop call on a deadline or cancel is made after the
+plain message (``explain-failures``); code, ``retryable`` and partial usage still reach the run
+ledger (in pipelines through ``run.completed``'s ``finish_reason`` and a ``processor.log`` line,
+since a ``run.failed`` there would replace the text with the host's generic line). The upstream stop call on a deadline or cancel is made after the
 failure has been handed to the host, so a slow stop endpoint cannot turn a clean timeout into the
 host's generic one.
 """
@@ -33,7 +34,7 @@ from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 from . import events as ev
 from .config import Config, ConfigSchema
 from .errors import Redactor, RunnerError, SessionMissing
-from .explain import explanation, incomplete_note
+from .explain import explanation, failure_log, incomplete_note
 from .http import shared_client
 from .identity import upstream_user
 from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
@@ -235,13 +236,13 @@ async def drive(
         except RunnerError as exc:
             if pump.ended:
                 to_stop = None
-            for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform):
+            for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform, ctx):
                 yield r
         except Exception as exc:  # noqa: BLE001 - nothing may escape run()
             log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
             log.debug("%s", redact(traceback.format_exc()))
             message = redact(f"internal error: {type(exc).__name__}: {exc}")
-            for r in _failure("runner.internal", message, False, env, config, builder, usage, platform):
+            for r in _failure("runner.internal", message, False, env, config, builder, usage, platform, ctx):
                 yield r
     finally:
         # after the terminal result reached the host (or the host closed us): stop upstream work
@@ -262,8 +263,17 @@ def _failure(
     builder: ResultBuilder,
     usage: UsageTotals,
     platform: str,
+    ctx: RunnerContext,
 ) -> list[RunnerResult]:
-    """The results that end a failed run: state, what the chat shows, and the one run.failed."""
+    """The results that end a failed run: state, what the chat shows, and the terminal result.
+
+    Pipelines (``delivery.automatic_reply``): LangBot 4.11.2 puts its own generic line in the chat
+    whenever a run ends in ``run.failed`` (over the runner's message when streaming, instead of it
+    otherwise), so when there is something to show the run ends in ``run.completed`` with the
+    failure code as its ``finish_reason`` (the ledger's status reason), partial usage on it, and a
+    ``processor.log`` line carrying code and ``retryable`` (see :mod:`runner_kit.explain`).
+    Everywhere else, and when ``explain-failures`` is off, it ends in the one ``run.failed``.
+    """
     log = get_logger("runner_kit.run")
     out: list[RunnerResult] = []
     if env is not None:
@@ -273,13 +283,20 @@ def _failure(
             out.append(builder.state(env.session.key, env.session.current))  # type: ignore[arg-type]
             env.session.mark_saved()
     explain = _flag(config, "explain-failures", True)
+    shown: RunnerResult | None = None
     if builder.has_output:
-        msg = builder.final_message(note=incomplete_note(platform, code, message, detailed=explain))
-        if msg is not None:
-            out.append(msg)
+        shown = builder.final_message(note=incomplete_note(platform, code, message, detailed=explain))
     elif explain:
-        out.append(builder.notice_message(explanation(platform, code, message)))
+        shown = builder.notice_message(explanation(platform, code, message))
     log.warning("run failed: %s (%s)", message, code)
+    pipeline = bool(getattr(ctx.delivery, "automatic_reply", False))
+    if shown is not None and explain and pipeline:
+        out.append(builder.log(failure_log(code, retryable, message), "error"))
+        out.append(shown)
+        out.append(builder.completed(usage, finish_reason=code))
+        return out
+    if shown is not None:
+        out.append(shown)
     out.append(builder.failed(code, message, retryable, usage))
     return out
 

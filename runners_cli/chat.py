@@ -23,6 +23,8 @@ from typing import Any, TextIO
 
 import yaml
 
+from runner_kit.explain import parse_failure_log
+
 from .host import Identity, LocalHost, StateStore
 from .plugins import PluginInfo, load_runner_class
 
@@ -294,7 +296,12 @@ class ChatSession:
             elif rtype == "state.updated":
                 outcome.state.append((str(data.get("scope")), str(data.get("key")), data.get("value")))
             elif rtype == "processor.log":
-                p.note(f"[log {data.get('level', 'info')}] {_short(data.get('text'), 500)}")
+                logged = parse_failure_log(data.get("text"))
+                if logged is not None:  # a failure the chat was shown in words (runner_kit.explain)
+                    code, retryable, message = logged
+                    outcome.failed = {"code": code, "retryable": retryable, "error": message}
+                else:
+                    p.note(f"[log {data.get('level', 'info')}] {_short(data.get('text'), 500)}")
             elif rtype == "run.completed":
                 outcome.usage = result.usage
             elif rtype == "run.failed":

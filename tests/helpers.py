@@ -41,9 +41,22 @@ def terminal(results: list[Any]) -> Any:
 
 
 def failure(results: list[Any]) -> tuple[str, bool, str]:
+    """(code, retryable, message) of a failed run, in either shape the kit ends one with.
+
+    ``run.failed``; or, for a pipeline run whose failure is shown in the chat, the failure log line
+    followed by ``run.completed`` whose finish_reason is the code (runner_kit.explain explains why).
+    """
+    from runner_kit.explain import parse_failure_log
+
     end = terminal(results)
-    assert rtype(end) == "run.failed", f"expected run.failed, got {rtype(end)} {end.data}"
-    return end.data["code"], end.data["retryable"], end.data["error"]
+    if rtype(end) == "run.failed":
+        return end.data["code"], end.data["retryable"], end.data["error"]
+    logged = [f for r in results if rtype(r) == "processor.log" and (f := parse_failure_log(r.data.get("text")))]
+    assert rtype(end) == "run.completed" and logged, f"expected a failed run, got {rtype(end)} {end.data}"
+    assert len(logged) == 1, logged
+    code, retryable, message = logged[0]
+    assert end.data.get("finish_reason") == code, (end.data, code)
+    return code, retryable, message
 
 
 def final_text(results: list[Any]) -> str:

@@ -19,18 +19,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urljoin
 
+import httpx
+
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import finish_body, open_stream, read_json, timeout_for
+from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 
 from . import const
-from .errors import map_error, parse_envelope
+from .errors import BASE_URL_HINT, conversation_missing, error_fields, json_object, map_error, parse_envelope
 
 log = get_logger("runner_kit.dify")
+
+MAX_JSON_BODY = 16 * 1024 * 1024
 
 
 def _file_type(f: InputFile) -> str:
@@ -102,9 +106,23 @@ class DifyAdapter(Adapter):
             raise RunnerError("upstream.protocol", f"{self.platform} upload of '{name}' returned no file id")
         return {"type": ftype, "transfer_method": "local_file", "upload_file_id": doc["id"]}
 
+    async def _upload_all(self, files: list[InputFile]) -> list[dict[str, Any]]:
+        """Upload concurrently; the first failure cancels the other uploads and is the run's error."""
+        if not files:
+            return []
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self._upload(f)) for f in files]
+        except BaseExceptionGroup as group:
+            raise _first_error(group) from None
+        return [t.result() for t in tasks]
+
     async def _request(self) -> tuple[str, dict[str, Any]]:
         cfg, inp = self.env.config, self.env.input
-        files = list(await asyncio.gather(*(self._upload(f) for f in inp.files))) if inp.files else []
+        text = inp.text.strip()
+        if not self.workflow and not text and not inp.files:
+            raise RunnerError("input.invalid", "the message has no text or files to send to Dify")
+        files = await self._upload_all(inp.files)
         body: dict[str, Any] = {
             "inputs": self._inputs(),
             "response_mode": "streaming",
@@ -114,7 +132,8 @@ class DifyAdapter(Adapter):
             body["files"] = files
         if self.workflow:
             return self.base + const.WORKFLOW_PATH, body
-        body["query"] = inp.text.strip() or str(cfg.get("base-prompt") or "").strip() or "."
+        # base-prompt stands in only for a message that has files but no text (Dify needs a query)
+        body["query"] = text or str(cfg.get("base-prompt") or "").strip() or "."
         body["conversation_id"] = self.env.session.current or ""
         return self.base + const.CHAT_PATH, body
 
@@ -125,10 +144,11 @@ class DifyAdapter(Adapter):
         sent_conversation = bool(body.get("conversation_id"))
 
         def on_error(status: int, raw: bytes, ctype: str) -> Exception:
-            err = parse_envelope(status, raw, ctype)
-            if status == 404 and sent_conversation:
+            # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
+            # (a proxy page, a wrong route) is an ordinary error and the id is kept
+            if sent_conversation and conversation_missing(status, raw):
                 return SessionMissing()
-            return err
+            return parse_envelope(status, raw, ctype)
 
         async with open_stream(
             self.env.client,
@@ -140,14 +160,24 @@ class DifyAdapter(Adapter):
             headers=self.headers,
             json=body,
         ) as resp:
-            ctype = resp.headers.get("content-type", "")
-            if "json" in ctype:
-                for item in self._blocking(await read_json(resp, self.platform)):
+            ctype = resp.headers.get("content-type", "").lower()
+            if ctype and "event-stream" not in ctype:
+                for item in self._blocking(await self._read_non_stream(resp, ctype)):
                     yield item
                 return
             state = _StreamState()
-            events = iter_sse(resp.aiter_bytes())
-            async for sse in events:
+            events = iter_sse(self.env.watch(resp.aiter_bytes()))
+            while True:
+                try:
+                    sse = await anext(events)
+                except StopAsyncIteration:
+                    break
+                except (httpx.HTTPError, RunnerError) as exc:
+                    if not (state.message_ended and _cut_off(exc)):
+                        raise
+                    # message_end carried the whole answer; only workflow_finished was lost
+                    log.info("%s: the stream broke off after message_end; the answer is complete", self.platform)
+                    break
                 if not sse.data:
                     continue  # ping
                 data = sse.json()
@@ -161,11 +191,34 @@ class DifyAdapter(Adapter):
                 await finish_body(events)  # lets the connection be reused
         self._done = True
         if not state.seen_events:
+            if "event-stream" not in ctype:
+                raise RunnerError(
+                    "upstream.protocol",
+                    f"{self.platform} answered without a content type and sent no events ({BASE_URL_HINT})",
+                )
             raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
-        if not state.finished:
+        if not state.finished and not state.message_ended:
             raise RunnerError(
                 "upstream.unavailable", f"{self.platform} closed the stream before the answer finished"
             )
+
+    async def _read_non_stream(self, resp: httpx.Response, ctype: str) -> Any:
+        """A 2xx body that is not an event stream: a JSON document, or a page that is not Dify."""
+        raw = await read_bounded(resp, MAX_JSON_BODY + 1, self.platform, strict=True)
+        html = raw.lstrip()[:1] == b"<" or "html" in ctype
+        if html or "json" not in ctype:
+            kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
+            raise RunnerError(
+                "upstream.protocol",
+                f"{self.platform} answered HTTP {resp.status_code} with {kind} instead of an event stream "
+                f"({BASE_URL_HINT})",
+            )
+        if len(raw) > MAX_JSON_BODY:
+            raise RunnerError("upstream.protocol", f"{self.platform} response exceeds {MAX_JSON_BODY} bytes")
+        doc = json_object(raw)
+        if doc is None:
+            raise RunnerError("upstream.protocol", f"{self.platform} returned a body that is not a JSON object")
+        return doc
 
     def _map(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
         name = data.get("event")
@@ -181,6 +234,9 @@ class DifyAdapter(Adapter):
             answer = data.get("answer") or ""
             if name == "agent_message":
                 st.agent_messages = True
+                if answer:
+                    st.agent_text.append(answer)
+                    st.agent_len += len(answer)
                 out.append(ev.Text(answer))
             elif st.agent_messages:
                 out.append(ev.FinalText(answer))  # New Agent's closing message repeats the whole answer
@@ -210,6 +266,8 @@ class DifyAdapter(Adapter):
             if isinstance(usage, dict):
                 st.usage_seen = True
                 out.append(_usage(usage))
+            # a chatflow still sends workflow_finished, but the answer is complete from here on
+            st.message_ended = True
             if self.app_type != "chatflow":
                 st.finished = True
         elif name == "workflow_finished":
@@ -228,13 +286,25 @@ class DifyAdapter(Adapter):
         return out
 
     def _thought(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
-        """Agent steps are re-sent as they progress; treat them as upserts keyed by id."""
+        """Agent steps are re-sent as they progress; treat them as upserts keyed by id.
+
+        Dify's agent stores what the model said in a step as that step's ``thought`` after it has
+        streamed the same text as ``agent_message``: the last step's thought is the whole answer.
+        Such a thought (equal to, or the start of, the answer text streamed since the previous
+        step) is not reasoning and is not shown; a tool step's thought that was not streamed is.
+        """
         out: list[ev.Event] = []
         step_id = str(data.get("id") or data.get("position") or len(st.thoughts))
+        if step_id != st.step_id:
+            st.step_id = step_id
+            st.step_start = st.last_thought_at
+        st.last_thought_at = st.agent_len
         seen = st.thoughts.setdefault(step_id, {"thought": 0, "started": False, "done": False})
         thought = data.get("thought") or ""
-        if len(thought) > seen["thought"]:
-            out.append(ev.Think(thought[seen["thought"] :]))
+        if len(thought) > seen["thought"] and thought.strip():
+            streamed = "".join(st.agent_text)[st.step_start :]
+            if not _echoes_answer(thought, streamed):
+                out.append(ev.Think(thought[seen["thought"] :]))
             seen["thought"] = len(thought)
         tool = data.get("tool") or ""
         if tool and not seen["started"]:
@@ -265,6 +335,11 @@ class DifyAdapter(Adapter):
         if not isinstance(doc, dict):
             raise RunnerError("upstream.protocol", f"{self.platform} returned an unexpected JSON body")
         self._done = True
+        if not doc.get("answer") and not isinstance(doc.get("data"), dict):
+            fields = error_fields(doc)  # an error envelope sent with a 2xx status
+            if fields is not None:
+                status, code, message = fields
+                raise map_error(status if status and status >= 400 else None, code, message)
         out: list[ev.Event] = []
         if doc.get("conversation_id"):
             out.append(ev.SessionId(doc["conversation_id"]))
@@ -292,15 +367,55 @@ class DifyAdapter(Adapter):
 
 
 class _StreamState:
-    __slots__ = ("agent_messages", "conversation_id", "finished", "seen_events", "thoughts", "usage_seen")
+    __slots__ = (
+        "agent_len",
+        "agent_messages",
+        "agent_text",
+        "conversation_id",
+        "finished",
+        "last_thought_at",
+        "message_ended",
+        "seen_events",
+        "step_id",
+        "step_start",
+        "thoughts",
+        "usage_seen",
+    )
 
     def __init__(self) -> None:
         self.agent_messages = False
+        self.agent_text: list[str] = []  # agent_message answers so far
+        self.agent_len = 0  # their total length
         self.conversation_id: str | None = None
         self.finished = False
+        self.last_thought_at = 0  # agent_len at the most recent agent_thought
+        self.message_ended = False
         self.seen_events = False
+        self.step_id: str | None = None  # the agent step the latest agent_thought belongs to
+        self.step_start = 0  # agent_len when that step's text began (the previous step's last thought)
         self.thoughts: dict[str, dict[str, Any]] = {}
         self.usage_seen = False
+
+
+def _echoes_answer(thought: str, streamed: str) -> bool:
+    """True when the thought is the step's streamed answer text, or the start of it."""
+    t = thought.strip()
+    return bool(t) and streamed.strip().startswith(t)
+
+
+def _cut_off(exc: BaseException) -> bool:
+    """A transport failure (connection dropped, read stalled), not an answer from Dify."""
+    if isinstance(exc, httpx.HTTPError):
+        return True
+    return isinstance(exc, RunnerError) and exc.code in ("upstream.unavailable", "upstream.timeout")
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    """The first failure inside a (possibly nested) exception group."""
+    first: BaseException = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
 
 
 def _int(value: Any) -> int | None:

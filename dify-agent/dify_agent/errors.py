@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from runner_kit.errors import RunnerError, status_to_code
 
 from .const import PLATFORM
+
+_UNSUPPORTED_APPS = "text-generation (completion) apps are not supported"
 
 # Dify error code -> (taxonomy code, hint shown to the bot owner)
 _BY_CODE: dict[str, tuple[str, str]] = {
@@ -17,13 +20,28 @@ _BY_CODE: dict[str, tuple[str, str]] = {
     "provider_not_initialize": ("upstream.error", "the model provider is not configured in Dify"),
     "model_currently_not_support": ("upstream.error", "the app's model is not available"),
     "app_unavailable": ("config.invalid", "the app is unavailable or not published; check app-type and the key"),
-    "not_chat_app": ("config.invalid", "this key belongs to a workflow app; set app-type to workflow"),
-    "not_workflow_app": ("config.invalid", "this key does not belong to a workflow app; set app-type to chat"),
+    # Dify sends both for a text-generation app too, so neither hint may point only at the other type
+    "not_chat_app": (
+        "config.invalid",
+        f"this key's app does not take chat messages: for a workflow app set app-type to workflow; "
+        f"{_UNSUPPORTED_APPS}",
+    ),
+    "not_workflow_app": (
+        "config.invalid",
+        f"this key's app is not a workflow app: for a chatbot, agent or chatflow app set app-type to "
+        f"chat, agent or chatflow; {_UNSUPPORTED_APPS}",
+    ),
     "agent_not_published": ("config.invalid", "publish the agent app in Dify first"),
     "file_too_large": ("upstream.too_large", "a file is larger than Dify accepts"),
     "unsupported_file_type": ("input.invalid", "Dify does not accept this file type"),
     "conversation_completed": ("upstream.bad_request", "the Dify conversation is closed"),
 }
+
+BASE_URL_HINT = "is base-url the Dify API address ending in /v1?"
+# the message Dify sends with 404 not_found when a conversation id is unknown to it
+_CONVERSATION_MISSING = "conversation not exists"
+# werkzeug's own text for a route that does not exist (base-url without /v1 reaches the API root)
+_NO_SUCH_ROUTE = "requested url was not found"
 
 
 def map_error(status: int | None, code: str | None, message: str | None) -> RunnerError:
@@ -47,16 +65,83 @@ def map_error(status: int | None, code: str | None, message: str | None) -> Runn
     return RunnerError(taxonomy, text, status=status)
 
 
+def json_object(body: bytes) -> dict[str, Any] | None:
+    """The body as a JSON object, or None when it is not one."""
+    if body.strip()[:1] != b"{":
+        return None
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def error_fields(doc: dict[str, Any]) -> tuple[int | None, str | None, str | None] | None:
+    """``(status, code, message)`` of an error body, or None when ``doc`` does not look like one.
+
+    Understands Dify's envelope and what proxies and gateways in front of it send:
+    ``{"error": "…"}``, ``{"error": {"message": …, "code"/"type": …}}`` and ``{"detail": …}``.
+    """
+    status = doc.get("status") if isinstance(doc.get("status"), int) else None
+    code = doc.get("code") if isinstance(doc.get("code"), str) else None
+    texts: list[str] = []
+    if doc.get("message"):  # a string; flask-restful's argument errors send an object
+        texts.append(_as_text(doc["message"]))
+    err = doc.get("error")
+    if isinstance(err, dict):
+        if not code and isinstance(err.get("code") or err.get("type"), str):
+            code = err.get("code") or err.get("type")
+        inner = err.get("message") or err.get("detail")
+        if inner:
+            texts.append(_as_text(inner))
+    elif isinstance(err, str):
+        texts.append(err)
+    if doc.get("detail"):
+        texts.append(_as_text(doc["detail"]))
+    if not code and not texts:
+        return None
+    parts: list[str] = []
+    for t in texts:
+        t = t.strip()
+        if t and t not in parts:
+            parts.append(t)
+    return status, code, "; ".join(parts) or None
+
+
+def conversation_missing(status: int, body: bytes) -> bool:
+    """True only for Dify's own answer that a conversation id is unknown (404 not_found)."""
+    if status != 404:
+        return False
+    doc = json_object(body)
+    if doc is None or doc.get("code") != "not_found":
+        return False
+    message = doc.get("message")
+    return isinstance(message, str) and _CONVERSATION_MISSING in message.lower()
+
+
 def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:
     """A non-2xx response; HTML pages from a proxy are reported by status alone."""
     code = message = None
-    try:
-        doc = json.loads(body) if body.strip()[:1] == b"{" else None
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict):
-        code = doc.get("code") if isinstance(doc.get("code"), str) else None
-        message = doc.get("message") if isinstance(doc.get("message"), str) else None
-    elif body.lstrip()[:1] == b"<":
-        message = "the server returned an HTML error page (is base-url the Dify API address ending in /v1?)"
+    doc = json_object(body)
+    if doc is not None:
+        fields = error_fields(doc)
+        if fields is not None:
+            _, code, message = fields
+        if status == 404 and message and _NO_SUCH_ROUTE in message.lower():
+            message = f"{message} ({BASE_URL_HINT})"
+    elif body.lstrip()[:1] == b"<" or "html" in content_type.lower():
+        message = html_hint(status)
     return map_error(status, code, message)
+
+
+def html_hint(status: int) -> str:
+    """What an HTML page with this status most likely means, for the bot owner."""
+    if status in (502, 503, 504):
+        return "a proxy in front of Dify returned an HTML error page: Dify may be down, restarting or too slow to answer"
+    if status in (404, 405):
+        return f"the server returned an HTML page, not the Dify API ({BASE_URL_HINT})"
+    return "the server returned an HTML error page"
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)

@@ -41,6 +41,16 @@ HTTP_FAULTS: dict[str, tuple[str, bool]] = {
 }
 
 
+@dataclass(frozen=True)
+class Seen:
+    """One answer request as the fake platform received it."""
+
+    credential: str  # the key/token the request authenticated with
+    user: str  # the end-user identity the platform scopes conversations by
+    conversation: str  # the upstream conversation the request continues ("" = a new one)
+    cookie: str | None = None  # a Cookie header, which no request may carry
+
+
 @dataclass
 class PluginCase:
     """How the contract suite drives one plugin."""
@@ -58,6 +68,19 @@ class PluginCase:
     # requests the fake is still serving (idle keep-alive connections in the shared pool are reuse, not leaks)
     open_connections: Callable[[Any], int] = lambda srv: srv.active_requests
     base_url_key: str = "base-url"
+    # -- chat-experience cells (tests/contract/test_chat_experience.py) --
+    # first token, then silence (False) or keep-alives only (True), until the run gives up
+    stall: Callable[[Any, bool], None] | None = None
+    # stream these reasoning pieces, then these answer tokens
+    think: Callable[[Any, list[str], list[str]], None] | None = None
+    # the platform forgets every conversation (deleted / expired upstream)
+    forget_sessions: Callable[[Any], None] | None = None
+    # every answer request so far, in order
+    seen: Callable[[Any], list[Seen]] | None = None
+    # the fake also accepts this key (a second bot on the same platform); returns that bot's config
+    second_bot: Callable[[Any, str], dict[str, Any]] | None = None
+    # a user-id-source option -> what a group sees ("person": one conversation each, "shared": one)
+    group_modes: dict[str, str] = field(default_factory=dict)
 
 
 def _dify_cases() -> list[PluginCase]:
@@ -79,6 +102,25 @@ def _dify_cases() -> list[PluginCase]:
     def set_fault(srv: Any, name: str) -> None:
         srv.fault = name
 
+    def stall(srv: Any, pings: bool) -> None:
+        srv.mode = "chat"
+        srv.answer_tokens = ["The first part ", "and the rest."]
+        srv.fault = "stall_pings" if pings else "stall"
+
+    def think(srv: Any, thoughts: list[str], tokens: list[str]) -> None:
+        srv.mode = "chatflow"  # an LLM node with separated reasoning streams reasoning_chunk events
+        srv.reasoning = "".join(thoughts)
+        srv.answer_tokens = tokens
+
+    def seen(srv: Any) -> list[Seen]:
+        out = []
+        for r in srv.find_requests("POST", "/v1/chat-messages"):
+            body = r.json()
+            out.append(Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
+                            user=body.get("user", ""), conversation=body.get("conversation_id") or "",
+                            cookie=r.headers.get("cookie")))
+        return out
+
     return [
         PluginCase(
             plugin="dify-agent",
@@ -94,6 +136,14 @@ def _dify_cases() -> list[PluginCase]:
                 for f in (r.json().get("files") or [])
             ),
             cancel_seen=lambda srv: bool(srv.stopped_tasks),
+            stall=stall,
+            think=think,
+            forget_sessions=lambda srv: srv.forget_conversations(),
+            seen=seen,
+            second_bot=lambda srv, key: (srv.api_keys.add(key), {
+                "base-url": srv.base_url, "api-key": key, "app-type": "chat"})[1],
+            group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
+                         "legacy-session": "shared", "legacy-bot": "shared"},
         )
     ]
 

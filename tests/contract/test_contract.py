@@ -67,10 +67,18 @@ async def test_secrets_never_in_results_or_logs(case, server, host, caplog):
 
 async def test_bad_config_value_is_config_invalid(case, server, host):
     runner = make_runner(case.plugin, host)
-    for bad in ({"timeout": "abc"}, {"timeout": "-3"}, {"timeout": ""}):
+    for bad in ({"timeout": "abc"}, {"timeout": "-3"}):
         code, retryable, message = failure(await run(runner, host, config={**case.config(server), **bad}))
         assert code == "config.invalid" and not retryable and "timeout" in message
     assert not server.find_requests(), "no upstream call with an invalid config"
+
+
+async def test_zero_or_blank_timeout_is_no_limit_as_the_host_reads_it(case, server, host):
+    case.answer(server, TOKENS, 0.0)
+    runner = make_runner(case.plugin, host)
+    for value in ("0", "", 0):
+        results = await run(runner, host, config={**case.config(server), "timeout": value})
+        assert rtype(terminal(results)) == "run.completed" and final_text(results) == "".join(TOKENS), value
 
 
 async def test_silent_upstream_times_out_before_deadline(case, server, host):

@@ -10,7 +10,10 @@ What runs, all on 127.0.0.1 with ports picked at run time:
 - ``FakeDify`` (tests/fakes) as the upstream.
 
 The tests drive the agent debug API (two turns sharing one Dify conversation, an upstream auth
-failure), then migrate a legacy ``dify-service-api`` pipeline written straight into LangBot's
+failure), chat with API-made pipelines over the WebUI websocket to check what a user sees when a
+run fails (a stalled answer keeps its text plus an "incomplete" note; a missing api-key is
+explained instead of the host's generic "Agent runner execution failed.") and what the run ledger
+records, then migrate a legacy ``dify-service-api`` pipeline written straight into LangBot's
 SQLite database and chat with the migrated pipeline over the WebUI websocket.
 
 The first run installs LangBot (about 2 minutes, ~1.6 GB); later runs reuse the venv.
@@ -23,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -60,6 +64,11 @@ LAUNCHER = Path(__file__).with_name("loopback_runtime.py")
 PLUGIN = find("dify-agent")
 RUNNER_ID = PLUGIN.runner_id  # plugin:langbot-team/DifyAgent/default
 API_KEY = "app-e2e-" + "k3y" * 8  # must never come back in a host response
+# agent_run.status values that end a run (run_ledger_store.py TERMINAL_STATUSES)
+RUN_TERMINAL = {"completed", "failed", "cancelled", "timeout"}
+# what LangBot 4.11.2 itself puts in the chat when a runner fails (pipeline/process/handlers/chat.py)
+HOST_FAILURE_NOTICES = ("Agent runner execution failed.", "Agent runner temporarily unavailable. Please try again.",
+                        "Request failed.")
 HOST_FIELDS = {"enable-all-tools", "tools", "knowledge-bases", "mcp-resources", "mcp-resource-agent-read-enabled"}
 
 INSTALL_TIMEOUT = 900.0
@@ -429,6 +438,51 @@ class Host:
         return self.api("POST", f"/api/v1/agents/{agent}/debug", ok=False,
                         json={"text": text, "conversation_id": conversation_id})
 
+    def debug_stream(self, agent: str, text: str, conversation_id: str) -> list[dict[str, Any]]:
+        """``/debug/stream`` (what the WebUI's agent debug panel calls): its NDJSON frames."""
+        assert self.client is not None
+        headers = {"Authorization": f"Bearer {self.user_token}", "X-Workspace-Id": self.workspace}
+        frames = []
+        with self.client.stream("POST", f"/api/v1/agents/{agent}/debug/stream", headers=headers,
+                                json={"text": text, "conversation_id": conversation_id}) as resp:
+            assert resp.status_code == 200, resp.read()[:2000]
+            for line in resp.iter_lines():
+                if line.strip():
+                    frames.append(json.loads(line))
+        return frames
+
+    def create_pipeline(self, name: str, runner_config: dict[str, Any]) -> str:
+        """A pipeline made through the API (the default template) bound to this plugin's runner."""
+        pipeline = self.data("POST", "/api/v1/pipelines", json={"name": name})["uuid"]
+        current = self.data("GET", f"/api/v1/pipelines/{pipeline}")["pipeline"]
+        config = current["config"]
+        config["ai"]["runner"] = {"id": RUNNER_ID, "expire-time": 0}
+        config["ai"]["runner_config"] = {RUNNER_ID: runner_config}
+        self.api("PUT", f"/api/v1/pipelines/{pipeline}",
+                 json={"name": name, "description": current.get("description") or "", "config": config})
+        return pipeline
+
+    def runs(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The run ledger rows of one conversation, oldest first (the monitoring API gives no run id
+        for pipeline runs, so this reads the ``agent_run`` table)."""
+        with contextlib.closing(sqlite3.connect(self.db_path, timeout=30)) as db:
+            db.row_factory = sqlite3.Row
+            rows = db.execute("SELECT * FROM agent_run WHERE conversation_id = ? ORDER BY id",
+                              (conversation_id,)).fetchall()
+        return [dict(row) for row in rows]
+
+    def finished_run(self, conversation_id: str) -> dict[str, Any]:
+        """The conversation's only run, once the host has finalised it."""
+        def done() -> dict[str, Any] | None:
+            rows = self.runs(conversation_id)
+            assert len(rows) <= 1, f"more than one run for {conversation_id}: {rows}"
+            return rows[0] if rows and rows[0]["status"] in RUN_TERMINAL else None
+
+        return wait_for(f"the run of {conversation_id} to finish", done, 30, alive=self.alive)
+
+    def run_events(self, run_id: str) -> list[dict[str, Any]]:
+        return self.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "events"})["events"]
+
 
 def _plugin_names(plugins: list[dict[str, Any]]) -> list[str]:
     names = []
@@ -492,6 +546,140 @@ def dify_config(srv: FakeDify, **extra: Any) -> dict[str, Any]:
     return {"base-url": srv.base_url, "api-key": API_KEY, "app-type": "chat", "timeout": 30, **extra}
 
 
+# --- the WebUI websocket chat and the run ledger ----------------------------------------------------
+
+
+@dataclass
+class Chat:
+    """One websocket turn: every frame the chat received after the message was sent, in order."""
+
+    connection_id: str
+    frames: list[dict[str, Any]]
+
+    @property
+    def conversation_id(self) -> str:
+        return f"person_websocket_{self.connection_id}"  # the host's conversation id for this connection
+
+    @property
+    def replies(self) -> list[dict[str, Any]]:
+        """The ``data`` of every ``response`` frame ({id, content, is_final, ...})."""
+        return [f["data"] for f in self.frames if f.get("type") == "response"]
+
+    def shown(self) -> list[dict[str, Any]]:
+        """The assistant messages as the chat shows them: a frame replaces the earlier ones with its id."""
+        latest: dict[Any, dict[str, Any]] = {}
+        for reply in self.replies:
+            latest.pop(reply.get("id"), None)  # keep the order of the latest update
+            latest[reply.get("id")] = reply
+        return list(latest.values())
+
+    def last_shown(self) -> dict[str, Any] | None:
+        shown = self.shown()
+        return shown[-1] if shown else None
+
+    def final(self) -> dict[str, Any] | None:
+        """The last frame that ends a message (``is_final``)."""
+        return next((r for r in reversed(self.replies) if r.get("is_final")), None)
+
+
+def ws_chat(host: Host, pipeline: str, text: str, *, stream: bool = True, timeout: float = 45,
+            settle: float = 2.0) -> Chat:
+    """Send ``text`` over the pipeline's WebUI websocket and collect the frames of the answer.
+
+    Reading stops ``settle`` seconds after the last frame once a final frame was seen (the host may
+    still send its own failure notice after the runner's last message), or at ``timeout``.
+    """
+    from websockets.sync.client import connect
+
+    api = host.ports["api"]
+    url = f"ws://{LOOPBACK}:{api}/api/v1/pipelines/{pipeline}/ws/connect?session_type=person"
+    frames: list[dict[str, Any]] = []
+    # the host needs an Origin header on the websocket handshake (host-contract.md section 6)
+    with connect(url, origin=f"http://{LOOPBACK}:{api}", proxy=None, open_timeout=15) as ws:
+        ws.send(json.dumps({"type": "authenticate", "token": host.user_token, "workspace_uuid": host.workspace}))
+        connected = json.loads(ws.recv(timeout=15))
+        assert connected.get("type") == "connected", connected
+        ws.send(json.dumps({"type": "message", "message": [{"type": "Plain", "text": text}], "stream": stream}))
+        deadline = time.monotonic() + timeout
+        final_seen = False
+        while time.monotonic() < deadline:
+            wait = deadline - time.monotonic()
+            try:
+                frame = json.loads(ws.recv(timeout=min(settle, wait) if final_seen else max(0.1, wait)))
+            except TimeoutError:
+                break
+            frames.append(frame)
+            if frame.get("type") == "response" and frame["data"].get("is_final"):
+                final_seen = True
+    return Chat(connected["connection_id"], frames)
+
+
+@dataclass
+class RecordedFailure:
+    status: str
+    code: str | None
+    retryable: bool | None
+    usage: dict[str, Any] | None
+
+
+def recorded_failure(host: Host, run: dict[str, Any]) -> RecordedFailure:
+    """The failure the run ledger holds for one run (an ``agent_run`` row).
+
+    Two shapes count. A run that ends in ``run.failed``: status ``failed``, code and ``retryable`` from
+    that event. Or a run that ends in ``run.completed`` with the failure code as its
+    ``finish_reason`` (the ledger's ``status_reason``) and ``retryable=<true|false>`` in a
+    ``processor.log`` line: LangBot 4.11.2 puts its own generic line in a pipeline chat whenever a run
+    ends in ``run.failed`` (over the runner's text when streaming; instead of it otherwise), so a
+    pipeline run that must leave its own text in the chat cannot end in ``run.failed``.
+    """
+    events = host.run_events(run["run_id"])
+    usage = json.loads(run["usage_json"]) if run.get("usage_json") else None
+    failed = [e for e in events if e["type"] == "run.failed"]
+    if failed:
+        data = failed[-1]["data"]
+        assert run["status"] == "failed", run
+        return RecordedFailure(run["status"], data.get("code"), data.get("retryable"), usage)
+    completed = [e for e in events if e["type"] == "run.completed"]
+    assert completed, f"the run ended in neither run.failed nor run.completed: {[e['type'] for e in events]}"
+    code = completed[-1]["data"].get("finish_reason")
+    assert run["status_reason"] == code, run
+    logs = " ".join(str((e.get("data") or {}).get("text", "")) for e in events if e["type"] == "processor.log")
+    found = re.search(r"retryable\W+(true|false)", logs, re.IGNORECASE)
+    return RecordedFailure(run["status"], code, found.group(1).lower() == "true" if found else None, usage)
+
+
+def _is_host_notice(text: str | None) -> bool:
+    return (text or "").strip() in HOST_FAILURE_NOTICES
+
+
+INCOMPLETE_WORDS = re.compile(r"incomplete|unfinished|not finished|cut off|interrupted", re.IGNORECASE)
+
+
+def assert_chat_ends_with_own_text(chat: Chat) -> str:
+    """The chat's last message is finished, and the host's generic failure line never showed."""
+    notices = [r for r in chat.replies if _is_host_notice(r.get("content"))]
+    assert not notices, f"the host's generic failure line reached the chat: {chat.replies}"
+    last = chat.last_shown()
+    assert last is not None, f"nothing was shown: {chat.frames}"
+    assert last["is_final"], f"the chat's last message never ended: {chat.replies}"
+    return last["content"]
+
+
+def assert_partial_answer_kept(chat: Chat, streamed: str) -> None:
+    """The last message holds the streamed text, then a note on its own line that it is incomplete."""
+    content = assert_chat_ends_with_own_text(chat)
+    assert streamed in content, f"the streamed text is gone from the final message: {content!r}"
+    after = content[content.index(streamed) + len(streamed):]
+    assert after.startswith("\n") and after.strip(), f"no note on its own line after the streamed text: {content!r}"
+    assert INCOMPLETE_WORDS.search(after), f"the note does not say the answer is incomplete: {after!r}"
+
+
+def assert_failure_explained(chat: Chat, must_name: str) -> None:
+    """One finished message explains the failure (naming ``must_name``) instead of the generic line."""
+    content = assert_chat_ends_with_own_text(chat)
+    assert must_name in content, f"the explanation does not name {must_name!r}: {content!r}"
+
+
 # --- tests ------------------------------------------------------------------------------------------
 
 
@@ -530,7 +718,11 @@ def test_agent_debug_answers_and_keeps_the_dify_conversation(host: Host, dify: F
     run_id = data1["execution_events"][0]["run_id"]
     events = host.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "events"})["events"]
     updates = [e["data"] for e in events if e["type"] == "state.updated"]
-    assert updates == [{"scope": "conversation", "key": "dify.conversation_id", "value": bodies[1]["conversation_id"]}]
+    assert len(updates) == 1, updates
+    # dify.conversation_id, or dify.conversation_id.u<digest> where each sender is their own Dify user
+    # (the default user-id-source "actor"; dify-agent/README.md)
+    assert re.fullmatch(r"dify\.conversation_id(\.u[0-9a-f]+)?", updates[0]["key"]), updates
+    assert (updates[0]["scope"], updates[0]["value"]) == ("conversation", bodies[1]["conversation_id"])
 
     for resp in (first, second):
         assert API_KEY not in resp.text
@@ -545,6 +737,71 @@ def test_agent_debug_reports_upstream_auth_failure(host: Host, dify: FakeDify) -
     assert body["code"] == "upstream.auth", body
     assert API_KEY not in resp.text
     assert len(dify.find_requests("POST", "/v1/chat-messages")) == 1
+
+
+# --- failures as a user sees them ------------------------------------------------------------------
+# LangBot 4.11.2 answers a runner's run.failed in a pipeline chat with its own generic line
+# (pipeline/process/handlers/chat.py L250-256): over the streamed message when streaming, instead of
+# every runner message otherwise. These tests pin what the user must see instead.
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
+def test_pipeline_chat_keeps_a_partial_answer_with_an_incomplete_note(host: Host, dify: FakeDify, stream: bool) -> None:
+    dify.fault = "stall"  # the first token, then nothing (tests/fakes/dify.py _after_first)
+    config = dify_config(dify, timeout=6, **{"advanced-settings": True, "idle-timeout": 2})
+    pipeline = host.create_pipeline(f"e2e-stall-{uuid.uuid4().hex[:6]}", config)
+    started = time.monotonic()
+    chat = ws_chat(host, pipeline, "hello", stream=stream)
+    elapsed = time.monotonic() - started
+
+    assert_partial_answer_kept(chat, streamed=dify.answer_tokens[0])
+    assert elapsed < 20, f"the stalled answer took {elapsed:.0f}s to end (timeout 6, idle-timeout 2)"
+    assert API_KEY not in json.dumps(chat.frames)
+
+    failure = recorded_failure(host, host.finished_run(chat.conversation_id))
+    assert (failure.code, failure.retryable) == ("upstream.timeout", True), failure
+
+
+@pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
+def test_pipeline_chat_explains_a_missing_api_key(host: Host, dify: FakeDify, stream: bool) -> None:
+    # the WebUI and the API both let an owner save the pipeline with the key left empty
+    pipeline = host.create_pipeline(f"e2e-nokey-{uuid.uuid4().hex[:6]}", dify_config(dify, **{"api-key": ""}))
+    chat = ws_chat(host, pipeline, "hello", stream=stream)
+
+    assert_failure_explained(chat, must_name="api-key")
+    assert not dify.find_requests("POST", "/v1/chat-messages"), "a run without an api-key still called Dify"
+
+    failure = recorded_failure(host, host.finished_run(chat.conversation_id))
+    assert (failure.code, failure.retryable) == ("config.missing", False), failure
+
+
+def test_agent_debug_explains_a_missing_api_key(host: Host, dify: FakeDify) -> None:
+    agent = host.create_agent("e2e-dify-nokey", dify_config(dify, **{"api-key": ""}))
+
+    # POST /debug: a failed run is HTTP 422 {code, msg}; msg is the runner's run.failed error
+    conversation = f"e2e-nokey-{uuid.uuid4().hex[:8]}"
+    resp = host.debug(agent, "hello", conversation)
+    assert resp.status_code == 422, resp.text
+    body = resp.json()
+    assert body["code"] == "config.missing", body
+    assert "api-key" in body["msg"], body
+
+    # /debug/stream (the WebUI's agent debug panel): the runner's messages, then an error bubble
+    frames = host.debug_stream(agent, "hello", f"e2e-nokey-{uuid.uuid4().hex[:8]}")
+    assert frames and frames[-1]["kind"] == "error", frames
+    assert frames[-1]["code"] == "config.missing", frames[-1]
+    shown = [frames[-1]["msg"]]
+    for frame in frames[:-1]:
+        data = frame["data"].get("data") or {}
+        message = data.get("message") or data.get("chunk") or {}
+        if isinstance(message.get("content"), str):
+            shown.append(message["content"])
+    assert any("api-key" in text for text in shown), shown
+    assert not any(_is_host_notice(text) for text in shown), shown
+    assert not dify.find_requests("POST", "/v1/chat-messages")
+
+    failure = recorded_failure(host, host.finished_run(conversation))
+    assert (failure.status, failure.code, failure.retryable) == ("failed", "config.missing", False), failure
 
 
 # --- legacy pipeline migration (host-contract.md section 5) ------------------------------------------
@@ -632,23 +889,10 @@ def test_legacy_dify_pipeline_migrates_to_this_plugin(migration: Migration) -> N
 
 
 def test_migrated_pipeline_answers_over_the_webui_websocket(host: Host, migration: Migration) -> None:
-    from websockets.sync.client import connect
-
     assert migration.preview["state"] == "ready", "the migration did not run"
-    api = host.ports["api"]
-    url = f"ws://{LOOPBACK}:{api}/api/v1/pipelines/{migration.pipeline}/ws/connect?session_type=person"
-    final = None
-    with connect(url, origin=f"http://{LOOPBACK}:{api}", proxy=None, open_timeout=15) as ws:
-        ws.send(json.dumps({"type": "authenticate", "token": host.user_token, "workspace_uuid": host.workspace}))
-        connected = json.loads(ws.recv(timeout=15))
-        assert connected.get("type") == "connected", connected
-        ws.send(json.dumps({"type": "message", "message": [{"type": "Plain", "text": "hi"}], "stream": True}))
-        deadline = time.monotonic() + 45
-        while final is None and time.monotonic() < deadline:
-            frame = json.loads(ws.recv(timeout=max(0.1, deadline - time.monotonic())))
-            if frame.get("type") == "response" and frame["data"].get("is_final"):
-                final = frame["data"]
-    assert final is not None, "no final response over the websocket"
+    chat = ws_chat(host, migration.pipeline, "hi")
+    final = chat.final()
+    assert final is not None, f"no final response over the websocket: {chat.replies}"
     assert final["content"] == "".join(migration.dify.answer_tokens)
 
     (request,) = migration.dify.find_requests("POST", "/v1/chat-messages")

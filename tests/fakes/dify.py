@@ -4,14 +4,18 @@ Stream event order per ``srv.mode`` (every data event is ``data: {json}\\n\\n``;
 ``event: ping\\n\\n`` block is inserted after every ``ping_every`` data events):
 
 - ``chat``:      message* -> message_end
-- ``agent``:     agent_thought(id X) -> agent_thought(X, tool) -> agent_thought(X, observation)
-                 -> agent_message* -> message_file -> message_end
+- ``agent``:     (function calling, as Dify's agent runner sends it) step 1:
+                 agent_thought(X, empty) -> agent_thought(X, thought + tool) -> message_file
+                 -> agent_thought(X, observation); step 2: agent_thought(Y, empty) -> agent_message*
+                 -> agent_thought(Y, thought == the whole answer) -> message_end
 - ``new-agent``: agent_thought -> agent_message* -> message(complete answer) -> message_end
 - ``chatflow``:  workflow_started -> node_started/node_finished(start) -> node_started(llm)
                  -> reasoning_chunk* -> message* -> node_finished(llm) -> node_started/finished(answer)
                  -> message_end -> workflow_finished
 - ``workflow``:  workflow_started -> node_started/finished(start) -> node_started(llm) -> text_chunk*
                  -> node_finished(llm) -> node_started/finished(end) -> workflow_finished
+- ``completion``: a text-generator app; /chat-messages answers 400 ``not_chat_app`` and
+                 /workflows/run 400 ``not_workflow_app``
 
 ``message_replace`` (``replace_with``) comes after the deltas; a mid-stream ``error`` event ends
 the stream; a failed workflow ends with ``workflow_finished(status=failed)`` then ``error``.
@@ -43,7 +47,7 @@ __all__ = [
     "WorkflowRun",
 ]
 
-MODES = ("chat", "agent", "new-agent", "chatflow", "workflow")
+MODES = ("chat", "agent", "new-agent", "chatflow", "workflow", "completion")
 #: Dify's own ``mode`` name for each scenario
 APP_MODE = {
     "chat": "chat",
@@ -51,6 +55,7 @@ APP_MODE = {
     "new-agent": "agent",
     "chatflow": "advanced-chat",
     "workflow": "workflow",
+    "completion": "completion",  # text generator: neither chat nor workflow routes accept it
 }
 
 # status -> (code, message) for the http_<status> faults
@@ -75,6 +80,7 @@ _STREAM_FAULTS = (
     "non_utf8",
     "oversized",
     "stall",
+    "stall_pings",  # like stall, but keep-alive pings keep coming
     "stall_before_headers",
 )
 #: every accepted value of ``srv.fault``
@@ -234,6 +240,8 @@ class FakeDify(FakeHTTPServer):
     def __init__(self, api_key: str = "app-test-key", *, mode: str = "chat", port: int = 0) -> None:
         super().__init__(port=port)
         self.api_key = api_key
+        #: further keys the fake also accepts (other apps, e.g. a second bot)
+        self.api_keys: set[str] = set()
         self.mode = mode
         # -- scenario knobs (read once at the start of each request) --
         self.answer_tokens: list[str] = ["Hello", ", ", "world", "!"]
@@ -257,11 +265,16 @@ class FakeDify(FakeHTTPServer):
         self._fault: str | None = None
         self.fault_queue: list[str | None] = []  # consumed one per request before ``fault``
         self.stall_seconds = 3600.0
+        self.stall_ping_every = 0.25  # seconds between keep-alives under the stall_pings fault
         self.oversized_bytes = 9 * MiB
         self.retry_after: str | None = None  # Retry-After header on 429/503 faults
         # -- uploads --
         self.max_upload_bytes = 15 * MiB
         self.max_image_upload_bytes = 10 * MiB
+        #: filename -> seconds an accepted upload waits before it is stored and answered
+        self.upload_delays: dict[str, float] = {}
+        #: filename -> "stored" | "rejected" | "disconnected" (the client left while it waited)
+        self.upload_outcomes: dict[str, str] = {}
         # -- recorded state --
         self.conversations: dict[str, Conversation] = {}
         self.uploads: dict[str, UploadedFile] = {}
@@ -443,7 +456,7 @@ class FakeDify(FakeHTTPServer):
             self._auth(req)
             body = self._json_body(req)
             user = self._user(body)
-            if kind == "chat" and self.mode == "workflow":
+            if kind == "chat" and self.mode in ("workflow", "completion"):
                 raise _DifyError(
                     400, "not_chat_app", "Please check if your app mode matches the right API route."
                 )
@@ -466,6 +479,7 @@ class FakeDify(FakeHTTPServer):
     # -- route: files ------------------------------------------------------------------------
 
     async def _files_upload(self, req: Request, resp: Response) -> None:
+        name = ""
         try:
             self._auth(req)
             try:
@@ -479,6 +493,7 @@ class FakeDify(FakeHTTPServer):
             part = form.files.get("file")
             if part is None:
                 raise _DifyError(400, "no_file_uploaded", "Please upload your file.")
+            name = part.filename or ""
             if len(file_parts) > 1:
                 raise _DifyError(400, "too_many_files", "Only one file is allowed.")
             if not part.content_type:
@@ -492,8 +507,16 @@ class FakeDify(FakeHTTPServer):
             if len(part.data) > limit:
                 raise _DifyError(413, "file_too_large", "")
         except _DifyError as e:
+            if name:
+                self.upload_outcomes[name] = "rejected"
             await self._error(resp, e)
             return
+        delay = self.upload_delays.get(name, 0.0)
+        if delay and not await resp.stall(delay):
+            self.upload_outcomes[name] = "disconnected"
+            await resp.abort()
+            return
+        self.upload_outcomes[name] = "stored"
         fid = str(uuid.uuid4())
         mime = part.content_type.split(";")[0].strip()
         up = UploadedFile(fid, part.filename, len(part.data), ext, mime, user, part.data, _now())
@@ -611,6 +634,7 @@ class FakeDify(FakeHTTPServer):
             include_usage=self.include_usage,
             fault=fault,
             stall_seconds=self.stall_seconds,
+            stall_ping_every=self.stall_ping_every,
             oversized_bytes=self.oversized_bytes,
         )
 
@@ -621,7 +645,7 @@ class FakeDify(FakeHTTPServer):
             raise _DifyError(
                 401, "unauthorized", "Authorization header must be provided and start with 'Bearer'"
             )
-        if token.strip() != self.api_key:
+        if token.strip() != self.api_key and token.strip() not in self.api_keys:
             raise _DifyError(401, "unauthorized", "Access token is invalid")
 
     @staticmethod
@@ -882,6 +906,12 @@ class FakeDify(FakeHTTPServer):
         if s.fault == "stall":
             if await self._wait_stop(run, s.stall_seconds):
                 return "stopped"
+        if s.fault == "stall_pings":
+            deadline = time.monotonic() + s.stall_seconds
+            while time.monotonic() < deadline:
+                if await self._wait_stop(run, min(s.stall_ping_every, deadline - time.monotonic())):
+                    return "stopped"
+                await sse.resp.write(b"event: ping\n\n")
         if run.task.stopped:
             return "stopped"
         return None
@@ -897,46 +927,58 @@ class FakeDify(FakeHTTPServer):
             await sse.send(self._message_end(run), last=True)
         return "stopped"
 
+    @staticmethod
+    def _thought(position: int, thought: str = "") -> dict[str, Any]:
+        return {
+            "id": str(uuid.uuid4()),
+            "position": position,
+            "thought": thought,
+            "observation": "",
+            "tool": "",
+            "tool_labels": {},
+            "tool_input": "",
+            "message_files": [],
+        }
+
+    async def _agent_tool_step(self, run: _Run, sse: _SSE) -> None:
+        """Function-calling agent, step 1: the model calls a tool (its reasoning is not streamed)."""
+        step = self._thought(1)
+        await sse.send(self._event(run, "agent_thought", **step))  # created, at the first LLM chunk
+        step.update(
+            thought="I should look this up.",
+            tool="search",
+            tool_labels={"search": {"en_US": "Search", "zh_Hans": "搜索"}},
+            tool_input='{"search": {"q": "x"}}',
+        )
+        await sse.send(self._event(run, "agent_thought", **step))  # saved after the LLM call
+        file_id = str(uuid.uuid4())
+        await sse.send(  # a file the tool produced, published while the tool runs
+            self._event(
+                run, "message_file", id=file_id, type="image", belongs_to="assistant", url=self.url("/files/abc.png")
+            )
+        )
+        step.update(observation='{"search": "Top result for x"}', message_files=[file_id])
+        await sse.send(self._event(run, "agent_thought", **step))  # the tool's result
+
     async def _stream_chat(self, run: _Run, sse: _SSE) -> str:
         s = run.s
-        thought_id = str(uuid.uuid4())
-        if s.mode in ("agent", "new-agent"):
-            thought = {
-                "id": thought_id,
-                "position": 1,
-                "thought": "I should look this up.",
-                "observation": "",
-                "tool": "",
-                "tool_labels": {},
-                "tool_input": "",
-                "message_files": [],
-            }
-            await sse.send(self._event(run, "agent_thought", **thought))
-            if s.mode == "agent":
-                thought.update(
-                    tool="search",
-                    tool_labels={"search": {"en_US": "Search", "zh_Hans": "搜索"}},
-                    tool_input='{"search": {"q": "x"}}',
-                )
-                await sse.send(self._event(run, "agent_thought", **thought))
-                thought.update(observation='{"search": "Top result for x"}')
-                await sse.send(self._event(run, "agent_thought", **thought))
+        answer_step: dict[str, Any] | None = None
+        if s.mode == "agent":
+            await self._agent_tool_step(run, sse)
+            # step 2 answers: created empty, the answer streams as agent_message, then the step is
+            # saved with the whole answer as its thought and sent again (real Dify does this)
+            answer_step = self._thought(2)
+            await sse.send(self._event(run, "agent_thought", **answer_step))
+        elif s.mode == "new-agent":
+            await sse.send(self._event(run, "agent_thought", **self._thought(1, "I should look this up.")))
         outcome = await self._deltas(run, sse)
         if outcome == "stopped":
             return await self._finish_stopped(run, sse)
         if outcome:
             return outcome
-        if s.mode == "agent":
-            await sse.send(
-                self._event(
-                    run,
-                    "message_file",
-                    id=str(uuid.uuid4()),
-                    type="image",
-                    belongs_to="assistant",
-                    url=self.url("/files/abc.png"),
-                )
-            )
+        if answer_step is not None:
+            answer_step["thought"] = run.answer
+            await sse.send(self._event(run, "agent_thought", **answer_step))
         if s.mode == "new-agent":
             await sse.send(self._event(run, "message", id=run.message_id, answer=run.answer))
         if s.replace_with is not None:
@@ -1135,7 +1177,7 @@ class FakeDify(FakeHTTPServer):
 
     async def _blocking_wait(self, run: _Run) -> bool:
         s = run.s
-        if s.fault == "stall" and await self._wait_stop(run, s.stall_seconds):
+        if s.fault in ("stall", "stall_pings") and await self._wait_stop(run, s.stall_seconds):
             return True
         return await self._wait_stop(run, s.token_delay * max(0, len(s.tokens) - 1))
 

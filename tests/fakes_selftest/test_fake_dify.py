@@ -89,15 +89,28 @@ async def test_chat_mode_order_pings_and_common_fields(srv: FakeDify, client: ht
 
 
 async def test_agent_mode(srv: FakeDify, client: httpx.AsyncClient):
+    """Function-calling agent as Dify sends it: each step's agent_thought is sent empty when the
+    step starts and again as it is saved; the answer step's thought repeats the streamed answer."""
     srv.mode = "agent"
     events = [e for e in await stream(client) if e["event"] != "ping"]
-    assert names(events) == ["agent_thought"] * 3 + ["agent_message"] * 4 + ["message_file", "message_end"]
-    thoughts = events[:3]
-    assert len({t["id"] for t in thoughts}) == 1 and thoughts[0]["position"] == 1
-    assert thoughts[0]["tool"] == "" and thoughts[1]["tool"] == "search"
-    assert json.loads(thoughts[1]["tool_input"]) == {"search": {"q": "x"}}
-    assert thoughts[2]["observation"]
-    mf = events[7]
+    assert names(events) == (
+        ["agent_thought", "agent_thought", "message_file", "agent_thought"]
+        + ["agent_thought"] + ["agent_message"] * 4 + ["agent_thought", "message_end"]
+    )
+    tool_step = [e for e in events[:4] if e["event"] == "agent_thought"]
+    assert len({t["id"] for t in tool_step}) == 1 and {t["position"] for t in tool_step} == {1}
+    assert (tool_step[0]["thought"], tool_step[0]["tool"]) == ("", "")
+    assert tool_step[1]["tool"] == "search" and tool_step[1]["thought"] == "I should look this up."
+    assert json.loads(tool_step[1]["tool_input"]) == {"search": {"q": "x"}}
+    assert tool_step[2]["observation"] and tool_step[2]["thought"] == tool_step[1]["thought"]
+    answer_step = [events[4], events[9]]
+    assert answer_step[0]["id"] == answer_step[1]["id"] != tool_step[0]["id"]
+    assert {t["position"] for t in answer_step} == {2} and {t["tool"] for t in answer_step} == {""}
+    assert answer_step[0]["thought"] == ""
+    answer = "".join(e["answer"] for e in events if e["event"] == "agent_message")
+    assert answer_step[1]["thought"] == answer == "Hello, world!"
+    mf = events[2]
+    assert tool_step[2]["message_files"] == [mf["id"]]
     assert mf["type"] == "image" and mf["belongs_to"] == "assistant"
     assert mf["url"] == f"http://127.0.0.1:{srv.port}/files/abc.png"
     img = await client.get(mf["url"])
@@ -158,6 +171,11 @@ async def test_app_mode_must_match_route(srv: FakeDify, client: httpx.AsyncClien
     srv.mode = "workflow"
     r = await client.post("/chat-messages", json=CHAT)
     assert (r.status_code, r.json()["code"]) == (400, "not_chat_app")
+    srv.mode = "completion"  # a text generator is refused by both routes
+    r = await client.post("/chat-messages", json=CHAT)
+    assert (r.status_code, r.json()["code"]) == (400, "not_chat_app")
+    r = await client.post("/workflows/run", json=WORKFLOW)
+    assert (r.status_code, r.json()["code"]) == (400, "not_workflow_app")
 
 
 # -- conversations & validation ----------------------------------------------------------------
@@ -378,6 +396,26 @@ async def test_upload_errors(srv: FakeDify, client: httpx.AsyncClient):
     assert r.status_code == 413 and r.json() == {"code": "file_too_large", "message": "", "status": 413}
 
 
+async def test_upload_delay_and_outcomes(srv: FakeDify, client: httpx.AsyncClient):
+    srv.upload_delays = {"slow.txt": 0.3}
+    srv.max_upload_bytes = 10
+    start = time.monotonic()
+    r = await client.post("/files/upload", data={"user": "u1"}, files={"file": ("slow.txt", b"x", "text/plain")})
+    assert r.status_code == 201 and time.monotonic() - start >= 0.3
+    r = await client.post("/files/upload", data={"user": "u1"}, files={"file": ("big.txt", b"x" * 11, "text/plain")})
+    assert r.status_code == 413
+    assert srv.upload_outcomes == {"slow.txt": "stored", "big.txt": "rejected"}
+
+    srv.upload_delays = {"gone.txt": 30}
+    with pytest.raises(httpx.ReadTimeout):
+        await client.post(
+            "/files/upload", data={"user": "u1"}, files={"file": ("gone.txt", b"x", "text/plain")}, timeout=0.2
+        )
+    assert await srv.wait_until_async(lambda: "gone.txt" in srv.upload_outcomes)
+    assert srv.upload_outcomes["gone.txt"] == "disconnected"
+    assert not any(u.name == "gone.txt" for u in srv.uploads.values())
+
+
 # -- faults ------------------------------------------------------------------------------------
 
 
@@ -466,6 +504,30 @@ async def test_stall_read_timeout(srv: FakeDify, fault: str):
         assert time.monotonic() - started < 2
     # the client went away: the stalled handler notices and the connection is released
     assert await srv.wait_until_async(lambda: srv.open_connections == 0, timeout=3)
+
+
+async def test_stall_pings_keeps_sending_keepalives(srv: FakeDify):
+    srv.fault = "stall_pings"
+    srv.stall_ping_every = 0.05
+    srv.ping_every = 0  # only the stall's keep-alives
+    raw = b""
+    async with httpx.AsyncClient(base_url=srv.base_url, headers=AUTH, timeout=5) as c:
+        async with c.stream("POST", "/chat-messages", json=CHAT) as r:
+            async for chunk in r.aiter_bytes():
+                raw += chunk
+                if raw.count(b"event: ping") >= 3:
+                    break
+    events = parse_sse(raw)
+    assert names(events, pings=True)[:4] == ["message", "ping", "ping", "ping"]
+    assert await srv.wait_until_async(lambda: srv.open_connections == 0, timeout=3)
+
+
+async def test_extra_api_keys_are_accepted(srv: FakeDify):
+    srv.api_keys.add("app-second-key")
+    async with httpx.AsyncClient(base_url=srv.base_url, headers={"Authorization": "Bearer app-second-key"}) as c:
+        assert (await c.post("/chat-messages", json=CHAT)).status_code == 200
+    async with httpx.AsyncClient(base_url=srv.base_url, headers={"Authorization": "Bearer app-third-key"}) as c:
+        assert (await c.post("/chat-messages", json=CHAT)).status_code == 401
 
 
 # -- stop --------------------------------------------------------------------------------------

@@ -4,15 +4,30 @@ from __future__ import annotations
 
 import base64
 import time
+from types import SimpleNamespace
 
 import pytest
 
+from runner_kit.errors import RunnerError
 from runner_kit.http import close_shared_client
+from runner_kit.inputs import UserInput
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.dify import FakeDify
-from tests.helpers import deltas, dump, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import (
+    deltas,
+    dump,
+    failure,
+    final_text,
+    make_runner,
+    rtype,
+    run,
+    state_updates,
+    stored_key,
+    terminal,
+)
 
 KEY = "app-dify-test-key-123"
+SESSION = stored_key("dify.conversation_id")  # where the default identity's conversation id is kept
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
 
 
@@ -50,14 +65,14 @@ async def test_chat_streams_and_keeps_the_conversation(srv, host, runner):
     srv.answer_tokens = ["Hi", " there", "!"]
     first = await run(runner, host, "hello", config=cfg(srv))
     assert final_text(first) == "Hi there!"
-    cid = state_updates(first)["dify.conversation_id"]
+    cid = state_updates(first)[SESSION]
     assert cid and "external.conversation_id" not in state_updates(first)
     second = await run(runner, host, "and again", config=cfg(srv))
     assert rtype(terminal(second)) == "run.completed"
     bodies = chat_bodies(srv)
     assert bodies[0]["conversation_id"] == "" and bodies[1]["conversation_id"] == cid
     assert [t.query for t in srv.turns(cid)] == ["hello", "and again"]
-    assert "dify.conversation_id" not in state_updates(second), "unchanged ids are not re-sent"
+    assert SESSION not in state_updates(second), "unchanged ids are not re-sent"
     assert bodies[0]["user"] == "user_u-1" and bodies[0]["response_mode"] == "streaming"
 
 
@@ -65,10 +80,10 @@ async def test_deleted_upstream_conversation_recovers_once(srv, host, runner):
     await run(runner, host, "one", config=cfg(srv))
     srv.forget_conversations()
     results = await run(runner, host, "two", config=cfg(srv))
-    assert final_text(results) == "Hello, world!"
+    assert final_text(results).endswith("Hello, world!")  # after the kit's fresh-conversation notice
     bodies = chat_bodies(srv)
     assert bodies[1]["conversation_id"] and bodies[2]["conversation_id"] == ""
-    new_id = state_updates(results)["dify.conversation_id"]
+    new_id = state_updates(results)[SESSION]
     assert new_id in srv.conversations
 
 
@@ -98,7 +113,9 @@ async def test_agent_thoughts_tools_and_files(srv, host, runner):
     msg = [r for r in results if rtype(r) == "message.completed"][0].data["message"]["content"]
     assert isinstance(msg, list)
     text = msg[0]["text"]
-    assert text.startswith("<think>") and text.endswith("Hello, world!")
+    # the answer step's thought repeats the streamed answer: it is not reasoning, and not shown twice
+    assert text == "<think>\nI should look this up.\n</think>\nHello, world!"
+    assert all(d.count("Hello, world!") <= 1 for d in deltas(results))
     images = [c for c in msg if c["type"] == "image_url"]
     assert len(images) == 1 and images[0]["image_url"]["url"].startswith("http://127.0.0.1:")
     assert types.index("tool.call.started") < types.index("tool.call.completed")
@@ -138,7 +155,7 @@ async def test_workflow_streams_text_and_sends_legacy_inputs(srv, host, runner):
     assert inputs["langbot_session_id"] == "person_42"
     assert inputs["langbot_conversation_id"] == "conv-1"
     assert inputs["custom_var"] == "v1"
-    assert "dify.conversation_id" not in state_updates(results)
+    assert not any(k.startswith("dify.conversation_id") for k in state_updates(results))
 
 
 async def test_workflow_answer_from_outputs_key(srv, host, runner):
@@ -168,6 +185,19 @@ async def test_wrong_app_type_tells_the_owner(srv, host, runner):
     assert code == "config.invalid" and "workflow" in message
 
 
+async def test_text_generation_app_hints_do_not_send_the_owner_in_circles(srv, host, runner):
+    """A completion app is refused by /chat-messages (not_chat_app) and by /workflows/run
+    (not_workflow_app): neither hint may just say "switch to the other app-type"."""
+    srv.mode = "completion"
+    chat_code, _, chat_msg = failure(await run(runner, host, config=cfg(srv)))
+    wf_code, _, wf_msg = failure(await run(runner, host, config=cfg(srv, **{"app-type": "workflow"})))
+    assert chat_code == wf_code == "config.invalid"
+    for message in (chat_msg, wf_msg):
+        assert "text-generation" in message and "not supported" in message
+    assert "not_chat_app" in chat_msg and "workflow" in chat_msg
+    assert "not_workflow_app" in wf_msg and "chat" in wf_msg
+
+
 async def test_message_replace_wins(srv, host, runner):
     srv.replace_with = "[removed by moderation]"
     results = await run(runner, host, config=cfg(srv))
@@ -189,7 +219,8 @@ async def test_stream_quirks_still_complete(srv, host, runner):
     assert final_text(results) == "你好，世界🌍"
 
 
-async def test_images_uploaded_with_same_user_and_urls_passed(srv, host, runner, tmp_path):
+async def test_images_uploaded_with_same_user_and_urls_passed(srv, host, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_KIT_FILE_DIRS", str(tmp_path))  # attachment paths are read only from here
     doc = tmp_path / "notes.txt"
     doc.write_text("file body")
     contents = [{"type": "image_base64", "image_base64": f"data:image/png;base64,{PNG}"},
@@ -209,6 +240,48 @@ async def test_images_uploaded_with_same_user_and_urls_passed(srv, host, runner,
     assert any(u.name == "notes.txt" and u.data == b"file body" for u in srv.uploads.values())
 
 
+async def test_failed_upload_cancels_the_other_uploads(srv, host, runner):
+    """One upload is rejected while a sibling is still waiting for Dify: the sibling is cancelled
+    (its connection is dropped, nothing is stored) and the run fails with the rejection."""
+    srv.max_upload_bytes = 1000
+    srv.upload_delays = {"slow.txt": 3.0}
+    contents = [
+        {"type": "file_base64", "file_base64": base64.b64encode(b"small").decode(), "file_name": "slow.txt"},
+        {"type": "file_base64", "file_base64": base64.b64encode(b"x" * 2000).decode(), "file_name": "big.txt"},
+    ]
+    start = time.monotonic()
+    code, _, message = failure(await run(runner, host, "read these", config=cfg(srv), contents=contents))
+    assert code == "upstream.too_large" and "big.txt" in message
+    assert time.monotonic() - start < 2.0, "the run does not wait for the slow upload"
+    assert await srv.wait_until_async(lambda: "slow.txt" in srv.upload_outcomes, timeout=5.0)
+    assert srv.upload_outcomes == {"big.txt": "rejected", "slow.txt": "disconnected"}
+    assert not srv.uploads and not chat_bodies(srv)
+
+
+async def test_empty_message_without_files_does_not_send_base_prompt(srv, host, runner):
+    """base-prompt stands in for the text of a message that has files; with no files there is
+    nothing to ask, and the prompt must not be sent as if the user had typed it."""
+    code, retryable, _ = failure(await run(runner, host, "", config=cfg(srv, **{"base-prompt": "Describe it."})))
+    assert (code, retryable) == ("input.invalid", False)
+    assert not chat_bodies(srv)
+
+
+@pytest.mark.parametrize("text", ["", "  \n "])
+async def test_adapter_refuses_a_blank_message_without_files(srv, runner, text):
+    """The adapter itself, whatever the kit checks first: no text and no files is not a query."""
+    env = SimpleNamespace(
+        config=cfg(srv, **{"base-prompt": "Describe it."}),
+        input=UserInput(text=text, files=[], params={}),
+        session=SimpleNamespace(current=None),
+        user="user_u-1",
+        ctx=None,
+    )
+    adapter = type(runner).adapter(env)
+    with pytest.raises(RunnerError) as info:
+        await adapter._request()
+    assert info.value.code == "input.invalid" and "no text or files" in info.value.message
+
+
 async def test_too_large_file_is_refused_by_name(srv, host, runner):
     big = base64.b64encode(b"\0" * (2 * 1024 * 1024)).decode()
     contents = [{"type": "file_base64", "file_base64": big, "file_name": "big.bin"}]
@@ -218,10 +291,15 @@ async def test_too_large_file_is_refused_by_name(srv, host, runner):
     assert not srv.find_requests("POST", "/v1/files/upload")
 
 
-async def test_unreadable_attachment_named(srv, host, runner, tmp_path):
+async def test_unreadable_attachment_named(srv, host, runner, tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_KIT_FILE_DIRS", str(tmp_path))
     attachments = [{"type": "file", "path": str(tmp_path / "missing.pdf"), "name": "missing.pdf"}]
-    code, _, message = failure(await run(runner, host, "x", config=cfg(srv), attachments=attachments))
-    assert code == "input.unreadable" and "missing.pdf" in message
+    # alongside text the unreadable file is skipped; alone, the message has nothing to send
+    assert rtype(terminal(await run(runner, host, "x", config=cfg(srv), attachments=attachments))) == "run.completed"
+    assert "files" not in chat_bodies(srv)[0]
+    code, _, message = failure(await run(runner, host, "", config=cfg(srv), attachments=attachments))
+    assert code == "input.invalid" and "missing.pdf" in message
+    assert len(chat_bodies(srv)) == 1
 
 
 @pytest.mark.parametrize(
