@@ -48,40 +48,40 @@ def parse_failure_log(text: object) -> tuple[str, bool, str] | None:
 
 
 def _detail(message: str) -> str:
-    message = " ".join(message.split())
+    message = " ".join(message.split()).rstrip(".")
     return message if len(message) <= _LIMIT else message[: _LIMIT - 1] + "…"
+
+
+# code -> what the chat reads ({p}: the platform, {d}: the failure's own redacted message)
+_EXPLANATIONS: dict[str, str] = {
+    "config.missing": "This bot's {p} settings need fixing: {d}. The bot owner can change them in the bot's AI settings.",
+    "config.invalid": "This bot's {p} settings need fixing: {d}. The bot owner can change them in the bot's AI settings.",
+    "config.identity_unavailable": "This bot cannot tell who is asking: {d}.",
+    "upstream.auth": "{p} rejected the API key ({d}). The bot owner should check the key in this bot's AI settings.",
+    "upstream.forbidden": "{p} refused the request ({d}). The bot owner should check the key's permissions.",
+    "upstream.quota": "{p} reports a used-up quota or balance ({d}). The bot owner needs to check the plan.",
+    "upstream.rate_limited": "{p} is busy right now (rate limited). Please try again in a moment.",
+    "upstream.timeout": "{p} did not answer in time: {d}. Please try again.",
+    "upstream.unavailable": "{p} cannot be reached right now: {d}. Please try again in a moment.",
+    "upstream.tls": "{p}'s secure connection could not be verified: {d}.",
+    "upstream.bad_request": "{p} refused the request: {d}.",
+    "upstream.not_found": "{p} refused the request: {d}.",
+    "upstream.too_large": "{p} refused the request: {d}.",
+    "runner.internal": "Something went wrong inside the {p} runner ({d}). Please report it to the bot owner.",
+}
 
 
 def explanation(platform: str, code: str, message: str) -> str:
     """One or two plain sentences: what went wrong and what to do."""
-    d = _detail(message)
-    if code in ("config.missing", "config.invalid"):
-        return f"This bot's {platform} settings need fixing: {d}. The bot owner can change them in the bot's AI settings."
-    if code == "config.identity_unavailable":
-        return f"This bot cannot tell who is asking: {d}."
-    if code == "upstream.auth":
-        return f"{platform} rejected the API key ({d}). The bot owner should check the key in this bot's AI settings."
-    if code == "upstream.forbidden":
-        return f"{platform} refused the request ({d}). The bot owner should check the key's permissions."
-    if code == "upstream.quota":
-        return f"{platform} reports a used-up quota or balance ({d}). The bot owner needs to check the plan."
-    if code == "upstream.rate_limited":
-        return f"{platform} is busy right now (rate limited). Please try again in a moment."
-    if code == "upstream.timeout":
-        return f"{platform} did not answer in time: {d}. Please try again."
-    if code == "upstream.unavailable":
-        return f"{platform} cannot be reached right now: {d}. Please try again in a moment."
     if code.startswith("input."):
-        return f"Your message could not be sent to {platform}: {d}."
-    if code in ("upstream.bad_request", "upstream.not_found", "upstream.too_large"):
-        return f"{platform} refused the request: {d}."
-    if code == "runner.internal":
-        return f"Something went wrong inside the {platform} runner ({d}). Please report it to the bot owner."
-    return f"{platform} could not answer: {d}."
+        template = "Your message could not be sent to {p}: {d}."
+    else:
+        template = _EXPLANATIONS.get(code, "{p} could not answer: {d}.")
+    return template.format(p=platform, d=_detail(message))
 
 
 def incomplete_note(platform: str, code: str, message: str, *, detailed: bool = True) -> str:
     """The line after a partial answer."""
     if not detailed:
         return "(This answer is incomplete.)"
-    return f"(This answer is incomplete: {_detail(message).rstrip('.')}.)"
+    return f"(This answer is incomplete: {_detail(message)}.)"
