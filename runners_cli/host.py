@@ -138,6 +138,7 @@ class LocalHost:
         params: dict[str, Any] | None = None,
         steering: bool = False,
         deadline_at: float | None = None,
+        surface: str = "platform",
     ) -> RunnerContext:
         """Build a RunnerContext the way LangBot 4.11.2's context builder does for a pipeline run."""
         ident = identity or Identity()
@@ -187,7 +188,8 @@ class LocalHost:
                 "contents": contents if contents is not None else ([{"type": "text", "text": text}] if text else []),
                 "attachments": attachments or [],
             },
-            "delivery": {"surface": "platform", "automatic_reply": True, "supports_streaming": True},
+            # a pipeline delivers automatically; agent debug (surface webui) does not
+            "delivery": {"surface": surface, "automatic_reply": surface == "platform", "supports_streaming": True},
             "resources": {"storage": {"plugin_storage": True, "workspace_storage": False}},
             "context": {
                 "conversation_id": ident.conversation_id,

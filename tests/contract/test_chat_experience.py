@@ -73,6 +73,21 @@ async def test_failure_before_any_answer_is_explained_in_plain_words(case, serve
         assert secret not in shown
 
 
+@pytest.mark.parametrize("surface", ["platform", "webui"])
+async def test_how_a_shown_failure_ends_per_surface(case, server, host, surface):
+    """A pipeline keeps the runner's words only if the run does not end in run.failed (the host would
+    put its generic line over them); agent debug shows the message and the run.failed together."""
+    case.set_fault(server, "http_401")
+    results = await run(make_runner(case.plugin, host), host, config=case.config(server), surface=surface)
+    end = terminal(results)
+    assert failure(results)[:2] == ("upstream.auth", False)
+    assert len(messages(results)) == 1
+    if surface == "platform":
+        assert rtype(end) == "run.completed" and end.data["finish_reason"] == "upstream.auth"
+    else:
+        assert rtype(end) == "run.failed" and end.data["code"] == "upstream.auth"
+
+
 async def test_missing_config_is_explained_in_the_chat_not_only_in_the_log(case, server, host):
     cfg = case.config(server)
     key = next(k for k in cfg if k not in (case.base_url_key,) and "key" in k)
