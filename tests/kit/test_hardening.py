@@ -86,6 +86,16 @@ async def test_negative_minimum_fields_are_config_errors():
     assert info.value.code == "config.invalid" and "stream-growth" in info.value.message
 
 
+@pytest.mark.parametrize("key", ["stream-growth", "stream-max-delay", "idle-timeout", "max-file-size-mb"])
+def test_dify_declares_minimums_for_its_numbers(key):
+    from runners_cli.plugins import find
+
+    schema = ConfigSchema.from_items(find("dify-agent").config_items)
+    with pytest.raises(RunnerError) as info:
+        schema.load({"base-url": "http://127.0.0.1:1/v1", "api-key": "app-x", "advanced-settings": True, key: -1})
+    assert info.value.code == "config.invalid" and key in info.value.message
+
+
 # --- HTTP ----------------------------------------------------------------------------------------
 
 
@@ -182,14 +192,22 @@ async def test_shared_client_keeps_no_cookies():
 
 
 def test_clients_of_finished_event_loops_are_freed():
-    async def use():
-        shared_client()
+    class Ok(FakeHTTPServer):
+        def __init__(self):
+            super().__init__()
+            self.add_route("GET", "/x", self._x)
 
-    for _ in range(3):
-        asyncio.run(use())  # never closed explicitly, like a worker loop that went away
-    asyncio.run(use())
-    gc.collect()
-    assert len(_clients) <= 1, "one live entry at most (for the loop that just ran)"
+        async def _x(self, req, resp):
+            await resp.send(200, b"{}", "application/json")
+
+    with Ok() as srv:
+        async def use():
+            await shared_client().get(srv.url("/x"))  # a pooled connection ties the client to its loop
+
+        for _ in range(4):
+            asyncio.run(use())  # never closed explicitly, like a worker loop that went away
+        gc.collect()
+        assert len(_clients) <= 1, "at most the entry of the loop that ran last"
 
 
 # --- identity ------------------------------------------------------------------------------------
