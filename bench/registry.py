@@ -1,6 +1,7 @@
 """What the benchmarks run against: one entry per landed plugin.
 
-An HTTP plugin joins every per-plugin row by adding one :class:`HttpPlugin` to ``HTTP_PLUGINS``:
+An HTTP plugin joins every per-plugin row with one :class:`HttpPlugin`, as ``ENTRY`` in its own
+``bench/entries/<package>.py`` (the Dify entry below shows every field):
 
 * ``start_server``  — start its loopback fake platform (127.0.0.1, free port) and return it; runs
   inside the ``python -m bench.serve`` subprocess, so the benchmark process holds only the client;
@@ -12,7 +13,7 @@ An HTTP plugin joins every per-plugin row by adding one :class:`HttpPlugin` to `
   same HTTP client and parsed only as far as the wire format demands (``wire``: ``sse`` or
   ``ndjson``), taking each token's text out of the parsed object.
 
-A coding-agent runner joins section 6 by adding a :class:`CodingAgent` to ``CODING_AGENTS``.
+A coding-agent runner joins section 6 the same way, with a :class:`CodingAgent` as its ``ENTRY``.
 """
 
 from __future__ import annotations
@@ -121,7 +122,23 @@ HTTP_PLUGINS: list[HttpPlugin] = [
     ),
 ]
 
-CODING_AGENTS: list[CodingAgent] = []
+def _plugin_entries() -> tuple[list[HttpPlugin], list[CodingAgent]]:
+    """Other plugins' entries, from ``bench/entries/<package>.py`` (a module-level ``ENTRY``), so
+    plugins written side by side never edit the same file."""
+    import importlib
+    from pathlib import Path
+
+    http: list[HttpPlugin] = []
+    coding: list[CodingAgent] = []
+    for path in sorted((Path(__file__).parent / "entries").glob("[a-z]*.py")):
+        entry = importlib.import_module(f"bench.entries.{path.stem}").ENTRY
+        (coding if isinstance(entry, CodingAgent) else http).append(entry)
+    return http, coding
+
+
+_MORE_HTTP, _MORE_CODING = _plugin_entries()
+HTTP_PLUGINS += _MORE_HTTP
+CODING_AGENTS: list[CodingAgent] = [*_MORE_CODING]
 
 
 def http_plugin(name: str) -> HttpPlugin:

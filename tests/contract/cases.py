@@ -1,6 +1,6 @@
 """One entry per plugin: how to start its fake platform, configure the runner against it, and which
 taxonomy code each fault must produce. A new plugin joins the contract suite and the fault matrix
-by adding one PluginCase to CASES."""
+with one PluginCase, returned by ``cases()`` in its own ``tests/contract/case_<package>.py``."""
 
 from __future__ import annotations
 
@@ -148,4 +148,17 @@ def _dify_cases() -> list[PluginCase]:
     ]
 
 
-CASES: list[PluginCase] = [*_dify_cases()]
+def _plugin_modules() -> list[PluginCase]:
+    """Every other plugin's cases, from ``tests/contract/case_<package>.py`` (a ``cases()`` function
+    returning its PluginCases), so plugins written side by side never edit the same file."""
+    import importlib
+    from pathlib import Path
+
+    found: list[PluginCase] = []
+    for path in sorted(Path(__file__).parent.glob("case_*.py")):
+        module = importlib.import_module(f"tests.contract.{path.stem}")
+        found.extend(module.cases())
+    return found
+
+
+CASES: list[PluginCase] = [*_dify_cases(), *_plugin_modules()]

@@ -1,0 +1,1 @@
+"""One benchmark entry per plugin (ENTRY), collected by bench/registry.py."""
