@@ -90,7 +90,10 @@ async def test_how_a_shown_failure_ends_per_surface(case, server, host, surface)
 
 async def test_missing_config_is_explained_in_the_chat_not_only_in_the_log(case, server, host):
     cfg = case.config(server)
-    key = next(k for k in cfg if k not in (case.base_url_key,) and "key" in k)
+    secrets = set(case.secrets(server))
+    key = next((k for k, v in cfg.items() if v in secrets), None)
+    if key is None:
+        pytest.skip(f"{case.plugin}'s contract config has no required secret to leave out")
     cfg[key] = ""
     results = await run(make_runner(case.plugin, host), host, config=cfg)
     code, _, _ = failure(results)
@@ -215,6 +218,8 @@ async def test_two_bots_in_one_process_never_share_credentials_identity_or_cooki
 
     case.answer(server, TOKENS, 0.02)
     server.extra_response_headers = {"Set-Cookie": "upstream_session=bot-cookie; Path=/"}
+    if not case.secrets(server):
+        pytest.skip(f"{case.plugin}'s contract config carries no credential to keep apart")
     key_a = case.secrets(server)[0]
     key_b = key_a + "-second-bot"
     cfg_a = case.config(server)
