@@ -1,0 +1,1 @@
+"""Coze adapter for the CozeAgent LangBot runner."""

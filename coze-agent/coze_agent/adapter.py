@@ -1,0 +1,560 @@
+"""Coze Open API v3 chat adapter.
+
+Stream (``POST /v3/chat?conversation_id=…`` with ``stream: true``; SSE ``event:<name>`` /
+``data:<json>`` with no space after the colon):
+
+``conversation.chat.created`` → ``conversation.chat.in_progress`` →
+(``conversation.message.delta``* → ``conversation.message.completed``)* per message →
+``conversation.chat.completed`` (usage) → ``done`` (``data:"[DONE]"``, often without a final blank
+line).
+
+- ``message.delta`` of type ``answer`` carries a text piece in ``content`` and, for reasoning
+  models, a ``reasoning_content`` piece; ``message.completed`` repeats the whole message (not
+  appended again). A multi-answer bot sends several answer messages (shown one after the other).
+- ``message.completed`` also brings ``function_call`` (content: JSON ``{name, arguments, …}``),
+  ``tool_output``/``tool_response``, ``knowledge``, ``verbose`` and ``follow_up`` messages.
+- The run ends early with ``conversation.chat.failed`` (``last_error {code, msg}``), an ``error``
+  event (``{code, msg}``) or ``conversation.chat.requires_action`` (a client-side tool call).
+- A request Coze refuses is usually answered with HTTP 200 and a JSON business envelope
+  ``{"code": <non-zero>, "msg": …}`` instead of a stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from runner_kit import events as ev
+from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
+from runner_kit.inputs import InputFile
+from runner_kit.logs import get_logger
+from runner_kit.runner import Adapter
+from runner_kit.streams import SSEDecoder
+from runner_kit.usage import usage_from
+
+from . import const
+from .errors import (
+    BASE_URL_HINT,
+    conversation_missing,
+    envelope_error,
+    json_object,
+    map_error,
+    parse_http_error,
+)
+
+log = get_logger("runner_kit.coze")
+
+MAX_JSON_BODY = 16 * 1024 * 1024
+MAX_FOLLOW_UPS = 5
+_TEXT_TYPES = (None, "", "text")
+
+
+def normalize_base(raw: Any) -> str:
+    """The API root from ``api-base`` as users write it: with or without ``/v3`` or ``/v1`` and a
+    trailing slash. Only plain http(s) addresses are accepted."""
+    base = str(raw or "").strip() or const.DEFAULT_BASE
+    parts = urlsplit(base)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or " " in base:
+        raise RunnerError(
+            "config.invalid",
+            "config key 'api-base' must be an http(s) address such as https://api.coze.cn or https://api.coze.com",
+        )
+    if parts.query or parts.fragment:
+        base = base.split("?", 1)[0].split("#", 1)[0]
+    base = base.rstrip("/")
+    changed = True
+    while changed:
+        changed = False
+        for suffix in const.API_SUFFIXES:
+            if base.lower().endswith(suffix):
+                base = base[: -len(suffix)].rstrip("/")
+                changed = True
+    return base
+
+
+def _string_map(values: dict[str, Any]) -> dict[str, str]:
+    """Coze's ``custom_variables`` is a string map: other values are sent as JSON text."""
+    out: dict[str, str] = {}
+    for k, v in values.items():
+        if v is None:
+            continue
+        out[str(k)] = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)
+    return out
+
+
+class CozeAdapter(Adapter):
+    """Maps one LangBot turn onto ``POST /v3/chat`` (streaming)."""
+
+    platform = const.PLATFORM
+    session_key = const.SESSION_KEY
+
+    def __init__(self, env):
+        super().__init__(env)
+        cfg = env.config
+        self.base = normalize_base(cfg.get("api-base"))
+        self.bot_id = str(cfg["bot-id"]).strip()
+        self.headers = {"Authorization": f"Bearer {str(cfg['api-key']).strip()}"}
+        self.chat_id: str | None = None
+        self.conversation_id: str | None = None
+        self.sent_conversation = False
+        self._done = False
+        self._unknown: set[str] = set()
+
+    # --- request building ----------------------------------------------------------------------
+
+    async def _upload(self, f: InputFile) -> dict[str, Any]:
+        kind = "image" if f.kind == "image" or f.mime_type.startswith("image/") else "file"
+        if f.url is not None:
+            return {"type": kind, "file_url": f.url}
+        name = f.name.replace("/", "_").replace("\\", "_") or "file"
+
+        def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
+            return _upload_error(name, parse_http_error(status, raw, ctype))
+
+        async with open_stream(
+            self.env.client,
+            "POST",
+            self.base + const.UPLOAD_PATH,
+            budget=self.env.budget(),
+            platform=self.platform,
+            error_parser=on_error,
+            headers=self.headers,
+            files={"file": (name, f.data or b"", f.mime_type)},
+        ) as resp:
+            doc = await read_json(resp, self.platform)
+        if isinstance(doc, dict):
+            err = envelope_error(doc)
+            if err is not None:
+                raise _upload_error(name, err)
+        data = doc.get("data") if isinstance(doc, dict) else None
+        if not isinstance(data, dict) or not data.get("id"):
+            raise RunnerError("upstream.protocol", f"{self.platform} upload of '{name}' returned no file id")
+        return {"type": kind, "file_id": str(data["id"])}
+
+    async def _upload_all(self, files: list[InputFile]) -> list[dict[str, Any]]:
+        """Upload concurrently; the first failure cancels the other uploads and is the run's error."""
+        if not files:
+            return []
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(self._upload(f)) for f in files]
+        except BaseExceptionGroup as group:
+            raise _first_error(group) from None
+        return [t.result() for t in tasks]
+
+    async def _request(self) -> tuple[dict[str, Any], dict[str, str]]:
+        cfg, inp = self.env.config, self.env.input
+        text = inp.text.strip()
+        if not text and not inp.files:
+            raise RunnerError("input.invalid", "the message has no text or files to send to Coze")
+        parts = await self._upload_all(inp.files)
+        if parts:
+            items = ([{"type": "text", "text": text}] if text else []) + parts
+            message = {
+                "role": "user",
+                "type": "question",
+                "content": json.dumps(items, ensure_ascii=False),
+                "content_type": "object_string",
+            }
+        else:
+            message = {"role": "user", "type": "question", "content": text, "content_type": "text"}
+        body: dict[str, Any] = {
+            "bot_id": self.bot_id,
+            "user_id": self.env.user,
+            "stream": True,
+            "auto_save_history": bool(cfg.get("auto-save-history", True)),
+            "additional_messages": [message],
+        }
+        variables = _string_map(inp.params)
+        if variables:
+            body["custom_variables"] = variables
+        query = {"conversation_id": str(self.env.session.current)} if self.env.session.current else {}
+        return body, query
+
+    # --- streaming -------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[ev.Event]:
+        body, query = await self._request()
+        sent_conversation = self.sent_conversation = bool(query)
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            if sent_conversation and conversation_missing(json_object(raw)):
+                return SessionMissing()
+            return parse_http_error(status, raw, ctype)
+
+        async with open_stream(
+            self.env.client,
+            "POST",
+            self.base + const.CHAT_PATH,
+            budget=self.env.budget(),
+            platform=self.platform,
+            error_parser=on_error,  # type: ignore[arg-type]
+            headers=self.headers,
+            params=query,
+            json=body,
+        ) as resp:
+            ctype = resp.headers.get("content-type", "").lower()
+            if ctype and "event-stream" not in ctype:
+                await self._refused(resp, ctype, sent_conversation)
+            st = _StreamState()
+            decoder = SSEDecoder()
+            chunks = self.env.watch(resp.aiter_bytes())
+            ended = False
+            while not (st.finished or ended):
+                try:
+                    batch = decoder.feed(await anext(chunks))
+                except StopAsyncIteration:
+                    batch, ended = decoder.close(), True
+                except (httpx.HTTPError, RunnerError) as exc:
+                    if not (st.completed and _cut_off(exc)):
+                        raise
+                    log.info("%s: the stream broke off after chat.completed; the answer is complete", self.platform)
+                    break
+                # the events of one read arrived together: their text goes to the kit as one piece
+                pending: list[ev.Event] = []
+                error: Exception | None = None
+                for sse in batch:
+                    try:
+                        pending.extend(self._map(sse.event, sse.data, st))
+                    except (RunnerError, SessionMissing) as exc:
+                        error = exc
+                        break
+                    if st.finished:
+                        break
+                for item in _merged(pending):
+                    yield item
+                if error is not None:
+                    raise error
+            if st.finished:
+                await finish_body(chunks)  # lets the connection be reused
+        self._done = True
+        if not st.seen_events:
+            if "event-stream" not in ctype:
+                raise RunnerError(
+                    "upstream.protocol",
+                    f"{self.platform} answered without a content type and sent no events ({BASE_URL_HINT})",
+                )
+            raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        if not st.completed:
+            raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
+        for item in self._closing(st):
+            yield item
+
+    async def _refused(self, resp: httpx.Response, ctype: str, sent_conversation: bool) -> None:
+        """A 2xx body that is not an event stream: Coze's business envelope, or a page that is not Coze."""
+        raw = await read_bounded(resp, MAX_JSON_BODY + 1, self.platform, strict=True)
+        self._done = True
+        doc = json_object(raw)
+        if doc is not None:
+            if sent_conversation and conversation_missing(doc):
+                raise SessionMissing()
+            err = envelope_error(doc)
+            if err is not None:
+                raise err
+            raise RunnerError(
+                "upstream.protocol",
+                f"{self.platform} answered with a JSON document instead of an event stream ({BASE_URL_HINT})",
+            )
+        html = raw.lstrip()[:1] == b"<" or "html" in ctype
+        kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
+        raise RunnerError(
+            "upstream.protocol",
+            f"{self.platform} answered HTTP {resp.status_code} with {kind} instead of an event stream ({BASE_URL_HINT})",
+        )
+
+    def _map(self, name: str, raw: str, st: _StreamState) -> list[ev.Event]:
+        st.seen_events = True
+        if name == const.MESSAGE_DELTA:  # nearly every event: the short path
+            data = _parse(name, raw)
+            if type(data) is not dict:
+                raise RunnerError("upstream.protocol", f"{self.platform} sent a message delta that is not an object")
+            return self._delta(data, st)
+        if name == const.DONE:
+            st.finished = True
+            return []
+        if name in const.IGNORED_EVENTS:
+            return []
+        data = _parse(name, raw)
+        if name == const.ERROR:
+            self._done = True
+            if isinstance(data, dict) and (data.get("code") or data.get("msg")):
+                raise self._failure(data.get("code"), data.get("msg"))
+            raise RunnerError("upstream.error", f"{self.platform} ended the answer with an error event and no details")
+        if not isinstance(data, dict):
+            raise RunnerError("upstream.protocol", f"{self.platform} sent a {name[:60]!r} event that is not an object")
+        out: list[ev.Event] = []
+        cid = data.get("conversation_id")
+        if cid and name.startswith("conversation.chat."):
+            self.conversation_id = str(cid)
+            if str(cid) != st.conversation_id:
+                st.conversation_id = str(cid)
+                out.append(ev.SessionId(str(cid)))
+        if name.startswith("conversation.chat.") and data.get("id"):
+            self.chat_id = str(data["id"])
+        if name == const.MESSAGE_COMPLETED:
+            out.extend(self._completed(data, st))
+        elif name == const.CHAT_COMPLETED:
+            st.completed = True
+            st.finished = True
+            self._done = True
+            usage = usage_from(data.get("usage"), prompt="input_count", completion="output_count", total="token_count")
+            if usage is not None and (usage.total_tokens or usage.prompt_tokens or usage.completion_tokens):
+                out.append(usage)  # all zeros is what Coze sends when it did not count (unknown, not 0)
+        elif name == const.CHAT_FAILED:
+            self._done = True
+            err = data.get("last_error") if isinstance(data.get("last_error"), dict) else {}
+            if err.get("code") or err.get("msg"):
+                raise self._failure(err.get("code"), err.get("msg"))
+            raise RunnerError("upstream.error", f"the {self.platform} chat failed without saying why")
+        elif name == const.CHAT_REQUIRES_ACTION:
+            self._done = True
+            raise RunnerError("upstream.paused", _requires_action(data))
+        elif name in (const.CHAT_CREATED, const.CHAT_IN_PROGRESS):
+            pass
+        elif name == "conversation.chat.canceled":
+            self._done = True
+            raise RunnerError("upstream.error", f"the {self.platform} chat was cancelled before it finished")
+        elif name not in self._unknown:
+            self._unknown.add(name)
+            log.info("%s: skipping unknown stream event %r", self.platform, name[:80])
+        return out
+
+    def _failure(self, code: Any, msg: Any) -> Exception:
+        """An in-stream failure; Coze's own "conversation not found" means the stored id is gone."""
+        if self.sent_conversation and str(code) == str(const.CONVERSATION_MISSING):
+            return SessionMissing()
+        return map_error(None, code, msg if isinstance(msg, str) else None)
+
+    def _answer_start(self, mid: str, st: _StreamState) -> list[ev.Event]:
+        """A new answer message after an earlier one is shown after it, as its own paragraph."""
+        if mid in st.answer_ids:
+            return []
+        st.answer_ids.append(mid)
+        return [ev.Text("\n\n")] if st.answer_text else []
+
+    def _delta(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
+        get = data.get
+        if get("type", const.ANSWER) != const.ANSWER or get("content_type") not in _TEXT_TYPES:
+            return []  # audio, cards and multimodal answers are read from message.completed
+        mid = get("id") or ""
+        content = get("content")
+        reasoning = get("reasoning_content")
+        if mid == st.current and not reasoning:  # the next piece of the answer being streamed
+            return [ev.Text(content)] if type(content) is str and content else []
+        mid = str(mid)
+        st.streamed.add(mid)
+        out: list[ev.Event] = []
+        if isinstance(reasoning, str) and reasoning:
+            out.append(ev.Think(reasoning))
+        if isinstance(content, str) and content:
+            out.extend(self._answer_start(mid, st))
+            st.answer_text = True
+            st.current = mid
+            out.append(ev.Text(content))
+        return out
+
+    def _completed(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
+        mtype = data.get("type")
+        mid = str(data.get("id") or "")
+        content = data.get("content")
+        if mtype == const.ANSWER:
+            if mid in st.streamed:
+                return []  # repeats the deltas
+            out: list[ev.Event] = []
+            reasoning = data.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                out.append(ev.Think(reasoning))
+            text, attachments = _answer_content(data.get("content_type"), content)
+            if text:
+                out.extend(self._answer_start(mid, st))
+                st.answer_text = True
+                out.append(ev.Text(text))
+            st.attachments += len(attachments)
+            out.extend(attachments)
+            return out
+        if mtype == const.FUNCTION_CALL:
+            call = _maybe_json(content)
+            call = call if isinstance(call, dict) else {"arguments": call}
+            name = str(call.get("name") or call.get("plugin_name") or "tool")
+            call_id = mid or f"call-{len(st.open_calls) + st.calls_done}"
+            st.open_calls.append((call_id, name))
+            args = _maybe_json(call.get("arguments"))
+            params = args if isinstance(args, dict) else ({} if args in (None, "") else {"arguments": args})
+            return [ev.ToolStarted(call_id=call_id, name=name, parameters=params)]
+        if mtype in const.TOOL_OUTPUTS:
+            if st.open_calls:
+                call_id, name = st.open_calls.pop(0)
+            else:
+                call_id, name = mid or f"call-{st.calls_done}", "tool"
+                # an output without a call we saw: still one started/completed pair for the ledger
+                st.calls_done += 1
+                return [ev.ToolStarted(call_id=call_id, name=name),
+                        ev.ToolCompleted(call_id=call_id, name=name, result=_maybe_json(content))]
+            st.calls_done += 1
+            return [ev.ToolCompleted(call_id=call_id, name=name, result=_maybe_json(content))]
+        if mtype == const.FOLLOW_UP:
+            if isinstance(content, str) and content.strip() and len(st.follow_ups) < MAX_FOLLOW_UPS:
+                st.follow_ups.append(" ".join(content.split()))
+            return []
+        return []  # verbose, knowledge and types this runner does not show
+
+    def _closing(self, st: _StreamState) -> list[ev.Event]:
+        """After chat.completed: the empty-answer check and the suggested questions."""
+        if not st.answer_text and not st.attachments:
+            hint = "; it only ran tools" if st.calls_done or st.open_calls else ""
+            raise RunnerError(
+                "upstream.empty_response",
+                f"the {self.platform} bot finished without producing any answer{hint} (check the bot's prompt, "
+                "workflow output or model in Coze)",
+            )
+        if st.follow_ups and self.env.config.get("follow-up-suggestions"):
+            lines = "\n".join(f"- {q}" for q in st.follow_ups)
+            return [ev.Text(f"\n\n{lines}")]
+        return []
+
+    async def cancel(self) -> None:
+        """Cancel the running chat (``/v3/chat/cancel`` needs both ids from the stream)."""
+        if self._done or not self.chat_id or not self.conversation_id:
+            return
+        try:
+            await self.env.client.post(
+                self.base + const.CANCEL_PATH,
+                json={"conversation_id": self.conversation_id, "chat_id": self.chat_id},
+                headers=self.headers,
+                timeout=timeout_for(2.0),
+            )
+        except Exception:  # noqa: BLE001 - best effort on cancel
+            log.info("%s: could not cancel the chat", self.platform)
+
+
+class _StreamState:
+    __slots__ = (
+        "answer_ids",
+        "answer_text",
+        "attachments",
+        "calls_done",
+        "completed",
+        "conversation_id",
+        "current",
+        "finished",
+        "follow_ups",
+        "open_calls",
+        "seen_events",
+        "streamed",
+    )
+
+    def __init__(self) -> None:
+        self.answer_ids: list[str] = []  # answer messages in the order they began
+        self.answer_text = False
+        self.attachments = 0
+        self.calls_done = 0
+        self.completed = False  # conversation.chat.completed arrived
+        self.conversation_id: str | None = None
+        self.current: str | None = None  # the answer message whose text is streaming now
+        self.finished = False
+        self.follow_ups: list[str] = []
+        self.open_calls: list[tuple[str, str]] = []  # function calls waiting for their output
+        self.seen_events = False
+        self.streamed: set[str] = set()  # answer message ids that arrived as deltas
+
+
+def _merged(items: list[ev.Event]) -> list[ev.Event]:
+    """Adjacent text (or reasoning) pieces joined, everything else kept in order."""
+    if len(items) < 2:
+        return items
+    out: list[ev.Event] = []
+    run: list[str] = []
+    kind: type | None = None
+    for item in items:
+        if type(item) is kind:
+            run.append(item.text)  # type: ignore[union-attr]
+            continue
+        if kind is not None:
+            out.append(kind("".join(run)))
+            kind, run = None, []
+        if type(item) in (ev.Text, ev.Think):
+            kind, run = type(item), [item.text]  # type: ignore[union-attr]
+        else:
+            out.append(item)
+    if kind is not None:
+        out.append(kind("".join(run)))
+    return out
+
+
+def _parse(name: str, raw: str) -> Any:
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        snippet = raw[:120]
+        raise RunnerError(
+            "upstream.protocol", f"Coze sent invalid JSON in the {name[:60]!r} event; got {snippet!r}"
+        ) from None
+
+
+def _answer_content(content_type: Any, content: Any) -> tuple[str, list[ev.Attachment]]:
+    """Text and files of a complete answer message (``text``, or ``object_string`` parts)."""
+    if not isinstance(content, str):
+        return "", []
+    if content_type != "object_string":
+        return (content if content_type in (None, "", "text") else ""), []
+    items = _maybe_json(content)
+    if not isinstance(items, list):
+        return content, []
+    texts: list[str] = []
+    files: list[ev.Attachment] = []
+    for item in items:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "text" and isinstance(item.get("text"), str):
+            texts.append(item["text"])
+        elif item.get("file_url"):
+            kind = "image" if item.get("type") == "image" else "file"
+            files.append(ev.Attachment(url=str(item["file_url"]), kind=kind, name=item.get("name")))
+    return "\n".join(texts), files
+
+
+def _requires_action(data: dict[str, Any]) -> str:
+    action = data.get("required_action") if isinstance(data.get("required_action"), dict) else {}
+    calls = (action.get("submit_tool_outputs") or {}).get("tool_calls") or []
+    names = sorted({str((c.get("function") or {}).get("name")) for c in calls
+                    if isinstance(c, dict) and (c.get("function") or {}).get("name")})
+    what = f" ({', '.join(names)[:200]})" if names else ""
+    return (
+        f"the {const.PLATFORM} bot asked for the result of a client-side tool{what}, which cannot be answered from "
+        "the chat yet; give the bot a plugin or workflow for it in Coze instead of a local function"
+    )
+
+
+def _cut_off(exc: BaseException) -> bool:
+    """A transport failure (connection dropped, read stalled), not an answer from Coze."""
+    if isinstance(exc, httpx.HTTPError):
+        return True
+    return isinstance(exc, RunnerError) and exc.code in ("upstream.unavailable", "upstream.timeout")
+
+
+def _first_error(group: BaseExceptionGroup) -> BaseException:
+    first: BaseException = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _upload_error(name: str, err: RunnerError) -> RunnerError:
+    return RunnerError(err.code, f"uploading '{name}' failed: {err.message}", retryable=err.retryable, status=err.status)

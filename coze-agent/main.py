@@ -1,0 +1,12 @@
+"""CozeAgent plugin entry point."""
+
+from __future__ import annotations
+
+from langbot_plugin.api.definition.plugin import BasePlugin
+
+
+class CozeAgentPlugin(BasePlugin):
+    """Binds a Coze bot to LangBot as an agent runner."""
+
+    async def initialize(self) -> None:
+        pass

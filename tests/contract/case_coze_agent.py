@@ -1,0 +1,101 @@
+"""CozeAgent in the contract suite and the fault matrix, over the loopback fake Coze."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+
+KEY = "pat_contract_secret_token_0001"
+BOT = "7400000000000000042"
+
+
+def _start() -> Any:
+    from tests.fakes.coze import FakeCoze
+
+    srv = FakeCoze(api_key=KEY, bot_id=BOT)
+    srv.start()
+    return srv
+
+
+def _config(srv: Any, key: str = KEY) -> dict[str, Any]:
+    return {"api-base": srv.base_url, "api-key": key, "bot-id": BOT}
+
+
+def _answer(srv: Any, tokens: list[str], delay: float) -> None:
+    srv.answer_tokens = tokens
+    srv.token_delay = delay
+
+
+def _no_usage(srv: Any) -> None:
+    srv.include_usage = False
+
+
+def _set_fault(srv: Any, name: str) -> None:
+    srv.fault = name
+
+
+def _stall(srv: Any, pings: bool) -> None:
+    srv.answer_tokens = ["The first part ", "and the rest."]
+    # Coze has no keep-alive event: "pings" are the empty deltas a reasoning model streams between pieces
+    srv.fault = "stall_pings" if pings else "stall"
+
+
+def _think(srv: Any, thoughts: list[str], tokens: list[str]) -> None:
+    srv.reasoning = thoughts  # reasoning_content deltas before the answer
+    srv.answer_tokens = tokens
+
+
+def _image_received(srv: Any) -> bool:
+    for chat in srv.chats.values():
+        if chat.question.get("content_type") != "object_string":
+            continue
+        for part in chat.parts:
+            if part.get("type") == "image" and str(part.get("file_id")) in srv.uploads:
+                return True
+    return False
+
+
+def _seen(srv: Any) -> list[Seen]:
+    out = []
+    for r in srv.chat_requests():
+        body = r.json()
+        out.append(Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
+                        user=body.get("user_id", ""), conversation=r.query.get("conversation_id", ""),
+                        cookie=r.headers.get("cookie")))
+    return out
+
+
+def _second_bot(srv: Any, key: str) -> dict[str, Any]:
+    srv.api_keys.add(key)
+    return _config(srv, key)
+
+
+def cases() -> list[PluginCase]:
+    # Coze's http_* bodies carry Coze codes that agree with the status (4000/4100/4101/4200/4302/
+    # 4009/5000), and its error event carries code 5000 (server error, retry later), so the shared
+    # expectations hold unchanged.
+    faults = dict(HTTP_FAULTS)
+    return [
+        PluginCase(
+            plugin="coze-agent",
+            start_server=_start,
+            config=_config,
+            secrets=lambda srv: [KEY],
+            answer=_answer,
+            no_usage=_no_usage,
+            set_fault=_set_fault,
+            faults=faults,
+            image_received=_image_received,
+            cancel_seen=lambda srv: bool(srv.cancelled),
+            base_url_key="api-base",
+            stall=_stall,
+            think=_think,
+            forget_sessions=lambda srv: srv.forget_conversations(),
+            seen=_seen,
+            second_bot=_second_bot,
+            group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
+                         "legacy-session": "shared", "legacy-bot": "shared"},
+        )
+    ]
+
