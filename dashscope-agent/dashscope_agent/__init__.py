@@ -1,0 +1,1 @@
+"""DashScope adapter for the DashScopeAgent LangBot runner."""

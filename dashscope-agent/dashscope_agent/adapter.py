@@ -1,0 +1,483 @@
+"""DashScope (Alibaba Cloud Bailian / Model Studio) application API adapter.
+
+One turn is one ``POST {base}/apps/{app_id}/completion`` with ``X-DashScope-SSE: enable`` and
+``parameters.incremental_output: true`` (platforms.md §4). The body is SSE; every event is
+
+    id:<n>
+    event:result
+    :HTTP_STATUS/200
+    data:{"output": {"text", "finish_reason", "session_id", "thoughts", "doc_references",
+                     "workflow_message"}, "usage": {"models": [...]}, "request_id"}
+
+``finish_reason`` is the *string* ``"null"`` until the last event (``"stop"``, sometimes
+``"length"``). A failure after the headers is ``event:error`` with ``:HTTP_STATUS/<code>`` and
+``data:{"code", "message", "request_id"}``, then the stream ends. ``output.session_id`` is the
+conversation handle (server-side history); there is no end-user field, so the kit's identity
+option only decides whose stored session a message continues.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any
+
+from runner_kit import events as ev
+from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.http import finish_body, open_stream, read_bounded
+from runner_kit.inputs import InputFile
+from runner_kit.logs import get_logger
+from runner_kit.runner import Adapter
+from runner_kit.streams import iter_sse
+
+from . import const
+from .errors import BASE_URL_HINT, error_fields, json_object, map_error, parse_envelope, session_gone
+
+log = get_logger("runner_kit.dashscope")
+
+MAX_JSON_BODY = 16 * 1024 * 1024
+DEFAULT_BASE_PROMPT = "Please look at the attached images or files and answer."
+_NOT_FINISHED = (None, "", "null")
+_COMPLETION_SUFFIX = re.compile(r"/apps/[^/]+/completion$")
+
+
+def normalize_base(raw: Any) -> str:
+    """The API root ending in ``/api/v1``, from what an owner may paste.
+
+    Accepted: the host alone (``https://dashscope-intl.aliyuncs.com``), the documented base with
+    ``/api/v1``, either with a trailing slash, the OpenAI-compatible ``/compatible-mode/v1`` base of
+    the same host, and the whole completion URL copied from the Bailian console.
+    """
+    url = str(raw or "").strip() or const.DEFAULT_BASE_URL
+    if not re.match(r"(?i)^https?://[^/\s]+", url) or any(c.isspace() for c in url):
+        raise RunnerError(
+            "config.invalid",
+            "config key 'base-url' must be an http(s) address such as " + const.DEFAULT_BASE_URL,
+        )
+    url = url.rstrip("/")
+    url = _COMPLETION_SUFFIX.sub("", url)
+    if url.endswith("/compatible-mode/v1"):
+        url = url[: -len("/compatible-mode/v1")]
+    if not url.endswith(const.API_PREFIX):
+        url += const.API_PREFIX
+    return url
+
+
+def _web_url(f: InputFile) -> str | None:
+    url = (f.url or "").strip()
+    return url if url.lower().startswith(("http://", "https://")) else None
+
+
+class DashScopeAdapter(Adapter):
+    """Maps one LangBot turn onto a Bailian agent or workflow app."""
+
+    platform = const.PLATFORM
+    session_key = const.SESSION_KEY
+
+    def __init__(self, env):
+        super().__init__(env)
+        cfg = env.config
+        self.base = normalize_base(cfg.get("base-url"))
+        self.app_id = str(cfg["app-id"]).strip()
+        if "/" in self.app_id or "?" in self.app_id or any(c.isspace() for c in self.app_id):
+            raise RunnerError("config.invalid", "config key 'app-id' must be the Bailian app id alone (letters and digits)")
+        self.workflow = cfg.get("app-type") == const.WORKFLOW_APP
+        self.headers = {
+            "Authorization": f"Bearer {cfg['api-key']}",
+            "X-DashScope-SSE": "enable",
+            "Accept": "text/event-stream",
+        }
+        workspace = str(cfg.get("workspace-id") or "").strip()
+        if workspace:
+            self.headers["X-DashScope-WorkSpace"] = workspace
+
+    # --- request building ----------------------------------------------------------------------
+
+    def _attachments(self) -> tuple[list[str], list[str]]:
+        images: list[str] = []
+        files: list[str] = []
+        for f in self.env.input.files:
+            url = _web_url(f)
+            if url is None:
+                log.info(
+                    "%s: not sending '%s': the app API takes images and files only as http(s) links, "
+                    "and this one arrived as data (%s)",
+                    self.platform,
+                    f.name[:80],
+                    f.mime_type,
+                )
+                continue
+            (images if f.kind == "image" or f.mime_type.startswith("image/") else files).append(url)
+        return images, files
+
+    def _biz_params(self) -> dict[str, Any]:
+        params: dict[str, Any] = dict(self.env.config.get("biz-params") or {})
+        if self.workflow:
+            params.update(self.env.input.params)  # pipeline variables become the Start node's inputs
+        return params
+
+    def request(self) -> tuple[str, dict[str, Any]]:
+        cfg, inp = self.env.config, self.env.input
+        text = inp.text.strip()
+        images, files = self._attachments()
+        if not text and not images and not files:
+            raise RunnerError(
+                "input.invalid",
+                "nothing in this message can be sent to DashScope: it takes images and files only as http(s) "
+                "links, and these arrived as uploaded data",
+            )
+        prompt = text or str(cfg.get("base-prompt") or "").strip() or DEFAULT_BASE_PROMPT
+        data: dict[str, Any] = {"prompt": prompt}
+        if self.env.session.current:
+            data["session_id"] = self.env.session.current
+        biz = self._biz_params()
+        if biz:
+            data["biz_params"] = biz
+        if images:
+            data["image_list"] = images
+        if files:
+            data["file_list"] = files
+        parameters: dict[str, Any] = {"incremental_output": True}
+        if self.workflow:
+            mode = str(cfg.get("flow-stream-mode") or const.DEFAULT_FLOW_STREAM_MODE)
+            parameters["flow_stream_mode"] = mode
+        elif cfg.get("show-thoughts", True) is not False:
+            parameters["has_thoughts"] = True
+        url = self.base + const.COMPLETION_PATH.format(app_id=self.app_id)
+        return url, {"input": data, "parameters": parameters, "debug": {}}
+
+    # --- streaming -------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[ev.Event]:
+        url, body = self.request()
+        sent_session = bool(body["input"].get("session_id"))
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            # only DashScope's own word that the session is unknown means the stored id is gone
+            if sent_session and session_gone(status, raw):
+                return SessionMissing()
+            return parse_envelope(status, raw, ctype)
+
+        state = _State(sent=body["input"].get("session_id"))
+        async with open_stream(
+            self.env.client,
+            "POST",
+            url,
+            budget=self.env.budget(),
+            platform=self.platform,
+            error_parser=on_error,  # type: ignore[arg-type]
+            headers=self.headers,
+            json=body,
+        ) as resp:
+            ctype = resp.headers.get("content-type", "").lower()
+            if ctype and "event-stream" not in ctype:
+                doc = await self._read_non_stream(resp, ctype)
+                for item in self._chunk(doc, state, None, blocking=True):
+                    yield item
+                for item in self._finish(state):
+                    yield item
+                return
+            sniff = _StatusSniffer()
+            events = iter_sse(sniff.wrap(self.env.watch(resp.aiter_bytes())))
+            async for sse in events:
+                if not sse.data:
+                    continue
+                data = sse.json()
+                if not isinstance(data, dict):
+                    raise RunnerError("upstream.protocol", f"{self.platform} sent an event that is not an object")
+                if sse.event == "error":
+                    fields = error_fields(data) or (None, None)
+                    if sent_session and not state.seen_events and session_gone(sniff.status or 400, sse.data):
+                        raise SessionMissing()
+                    partial = _usage(state.usage)
+                    if partial is not None:
+                        yield partial  # what the turn cost so far still reaches the run ledger
+                    raise map_error(sniff.status if sniff.status and sniff.status >= 400 else None, *fields)
+                for item in self._chunk(data, state, sniff.status):
+                    yield item
+                if state.finished:
+                    break
+            if state.finished:
+                await finish_body(events)  # lets the connection be reused
+        if not state.seen_events:
+            if "event-stream" not in ctype:
+                raise RunnerError(
+                    "upstream.protocol",
+                    f"{self.platform} answered without a content type and sent no events ({BASE_URL_HINT})",
+                )
+            raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        if not state.finished:
+            raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
+        for item in self._finish(state):
+            yield item
+
+    async def _read_non_stream(self, resp: Any, ctype: str) -> dict[str, Any]:
+        """A 2xx body that is not an event stream: DashScope's one JSON answer, or a page that is not it."""
+        raw = await read_bounded(resp, MAX_JSON_BODY + 1, self.platform, strict=True)
+        html = raw.lstrip()[:1] == b"<" or "html" in ctype
+        if html or "json" not in ctype:
+            kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
+            raise RunnerError(
+                "upstream.protocol",
+                f"{self.platform} answered HTTP {resp.status_code} with {kind} instead of an event stream "
+                f"({BASE_URL_HINT})",
+            )
+        if len(raw) > MAX_JSON_BODY:
+            raise RunnerError("upstream.protocol", f"{self.platform} response exceeds {MAX_JSON_BODY} bytes")
+        doc = json_object(raw)
+        if doc is None:
+            raise RunnerError("upstream.protocol", f"{self.platform} returned a body that is not a JSON object")
+        return doc
+
+    def _chunk(self, data: dict[str, Any], st: _State, status: int | None, blocking: bool = False) -> list[ev.Event]:
+        out_doc = data.get("output")
+        if not isinstance(out_doc, dict):
+            fields = error_fields(data)
+            if fields is not None and fields[0]:  # an error envelope sent as a result / with a 2xx status
+                raise map_error(status if status and status >= 400 else None, *fields)
+            raise RunnerError("upstream.protocol", f"{self.platform} sent an event without 'output'")
+        st.seen_events = True
+        out: list[ev.Event] = []
+        sid = out_doc.get("session_id")
+        if isinstance(sid, str) and sid and sid != st.session:
+            if st.sent and st.session is None and sid != st.sent:
+                log.info("%s: the stored session was not continued; DashScope started a new one", self.platform)
+            st.session = sid
+            out.append(ev.SessionId(sid))
+        reasoning = out_doc.get("reasoning_content")
+        if isinstance(reasoning, str) and reasoning:
+            out.append(ev.Think(reasoning))
+        thoughts = out_doc.get("thoughts")
+        if isinstance(thoughts, list) and not self.workflow:
+            out.extend(self._thoughts(thoughts, st))
+        text = out_doc.get("text")
+        if not (isinstance(text, str) and text):
+            # message_format workflows: the node's message; only while output.text carries nothing
+            text = "" if st.text_seen else _workflow_text(out_doc.get("workflow_message"))
+        elif not st.text_seen:
+            st.text_seen = True
+        if text:
+            st.any_text = True
+            out.append(ev.FinalText(text) if blocking else ev.Text(text))
+        refs = out_doc.get("doc_references")
+        if isinstance(refs, list) and refs:
+            st.references = refs
+        usage = data.get("usage")
+        if usage:
+            st.usage = usage  # each event carries the run's usage so far; the last one counts
+        finish = out_doc.get("finish_reason")
+        if blocking or finish not in _NOT_FINISHED:
+            st.finished = True
+            if finish == "length":
+                log.info("%s: the answer was cut at the app's length limit", self.platform)
+        return out
+
+    def _thoughts(self, thoughts: list[Any], st: _State) -> list[ev.Event]:
+        """Agent thoughts as reasoning and tool steps.
+
+        A thought list may be re-sent whole on every event or carry only what is new; a step is
+        therefore known by what it is (action type, name, input), and reasoning text grows by
+        whatever extends the text already shown."""
+        out: list[ev.Event] = []
+        for t in thoughts:
+            if not isinstance(t, dict):
+                continue
+            action_type = str(t.get("action_type") or "")
+            name = str(t.get("action_name") or t.get("action") or "")
+            thought = t.get("thought") if isinstance(t.get("thought"), str) else ""
+            if action_type in const.REASONING_ACTIONS or (not action_type and not name):
+                piece = st.grow_reasoning(thought)
+                if piece:
+                    out.append(ev.Think(piece))
+                continue
+            if action_type == "response":
+                continue  # the answer itself, streamed as output.text
+            params = _tool_input(t.get("action_input"))
+            step, new = st.step(action_type, name, params)
+            if new:
+                if thought.strip():
+                    out.append(ev.Think(thought))
+                out.append(ev.ToolStarted(call_id=step["id"], name=name or action_type, parameters=params))
+            observation = t.get("observation")
+            if observation not in (None, "") and not step["done"]:
+                step["done"] = True
+                out.append(ev.ToolCompleted(call_id=step["id"], name=name or action_type, result=_maybe_json(observation)))
+        return out
+
+    def _finish(self, st: _State) -> list[ev.Event]:
+        out: list[ev.Event] = []
+        cfg = self.env.config
+        if st.references and cfg.get("show-references", True) is not False:
+            block = render_references(st.references, str(cfg.get("references_quote") or ""))
+            if block:
+                out.append(ev.Text(("\n\n" if st.any_text else "") + block))
+        usage = _usage(st.usage)
+        if usage is not None:
+            out.append(usage)
+        return out
+
+
+class _State:
+    __slots__ = ("any_text", "finished", "reasoning", "references", "seen_events", "sent", "session", "steps",
+                 "text_seen", "usage")
+
+    def __init__(self, sent: str | None) -> None:
+        self.sent = sent  # the session id this request continued (None: a new one)
+        self.session: str | None = None
+        self.finished = False
+        self.seen_events = False
+        self.text_seen = False
+        self.any_text = False
+        self.reasoning = ""
+        self.references: list[Any] = []
+        self.steps: list[dict[str, Any]] = []
+        self.usage: Any = None  # the latest usage object DashScope sent
+
+    def step(self, action_type: str, name: str, params: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """The tool step this thought belongs to, and whether it is new.
+
+        The same step comes again (whole lists re-sent, or the observation added later, sometimes
+        before its input is complete): same type and name, and the same input or one side without one."""
+        key = json.dumps(params, sort_keys=True, ensure_ascii=False) if params else ""
+        for step in reversed(self.steps):
+            if step["type"] != action_type or step["name"] != name:
+                continue
+            if step["input"] == key or (not step["done"] and (not step["input"] or not key)):
+                step["input"] = step["input"] or key
+                return step, False
+        step = {"id": f"step-{len(self.steps) + 1}", "type": action_type, "name": name, "input": key, "done": False}
+        self.steps.append(step)
+        return step, True
+
+    def grow_reasoning(self, piece: str) -> str:
+        """What ``piece`` adds, whether DashScope sent the whole reasoning so far or only new text."""
+        if not piece:
+            return ""
+        if self.reasoning and piece.startswith(self.reasoning):
+            new = piece[len(self.reasoning) :]
+            self.reasoning = piece
+            return new
+        self.reasoning += piece
+        return piece
+
+
+class _StatusSniffer:
+    """Reads the ``:HTTP_STATUS/<code>`` comment lines the SSE decoder skips (the status of a
+    mid-stream error is only stated there) while passing every byte through unchanged. Only the
+    last tag in a chunk matters, found with one C-level search; the chunk's last bytes are kept so a
+    tag split across two chunks is still read."""
+
+    __slots__ = ("_tail", "status")
+
+    _TAG = b":HTTP_STATUS/"
+    _KEEP = len(_TAG) + 3
+
+    def __init__(self) -> None:
+        self.status: int | None = None
+        self._tail = b""
+
+    async def wrap(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+        async for chunk in chunks:
+            self.feed(chunk)
+            yield chunk
+
+    def feed(self, chunk: bytes) -> None:
+        if self._tail:
+            self._scan(self._tail + chunk[: self._KEEP])
+        self._scan(chunk)
+        keep = self._KEEP + 1  # the tag, its digits and the line break before it
+        self._tail = chunk[-keep:] if len(chunk) >= keep else (self._tail + chunk)[-keep:]
+
+    def _scan(self, data: bytes) -> None:
+        i = data.rfind(self._TAG)
+        if i < 1 or data[i - 1] not in (10, 13):  # a comment line starts after a line break
+            return
+        digits = data[i + len(self._TAG) : i + self._KEEP]
+        if len(digits) == 3 and digits.isdigit():
+            self.status = int(digits)
+
+
+def _workflow_text(message: Any) -> str:
+    """Text of a workflow node message (``flow_stream_mode: message_format``)."""
+    if not isinstance(message, dict):
+        return ""
+    inner = message.get("message")
+    if isinstance(inner, dict) and isinstance(inner.get("content"), str):
+        return inner["content"]
+    return ""
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    return None
+
+
+def _usage(usage: Any) -> ev.Usage | None:
+    """Token counts summed over ``usage.models[]`` (one entry per model the app called)."""
+    if not isinstance(usage, dict):
+        return None
+    models = usage.get("models")
+    prompt = completion = None
+    if isinstance(models, list):
+        for m in models:
+            if not isinstance(m, dict):
+                continue
+            i, o = _int(m.get("input_tokens")), _int(m.get("output_tokens"))
+            if i is not None:
+                prompt = (prompt or 0) + i
+            if o is not None:
+                completion = (completion or 0) + o
+    if prompt is None and completion is None:
+        prompt, completion = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+    if prompt is None and completion is None:
+        return None
+    total = prompt + completion if prompt is not None and completion is not None else None
+    return ev.Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+
+
+def render_references(refs: list[Any], quote: str) -> str:
+    """The app's cited documents, after the answer: the quote line, then one line per document."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for n, ref in enumerate(refs, 1):
+        if not isinstance(ref, dict):
+            continue
+        name = str(ref.get("doc_name") or ref.get("title") or "").strip()
+        url = str(ref.get("doc_url") or "").strip()
+        if not name and not url:
+            continue
+        key = f"{name}\x1f{url}"
+        if key in seen:
+            continue
+        seen.add(key)
+        index = str(ref.get("index_id") or n).strip()
+        line = f"[{index}] {name}" if name else f"[{index}]"
+        if url.lower().startswith(("http://", "https://")):
+            line += f" {url}"
+        lines.append(line)
+    if not lines:
+        return ""
+    head = quote.strip()
+    return "\n".join(([head] if head else []) + lines)
+
+
+def _maybe_json(value: Any) -> Any:
+    if isinstance(value, str) and value[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _tool_input(raw: Any) -> dict[str, Any]:
+    value = _maybe_json(raw) if raw not in (None, "") else {}
+    return value if isinstance(value, dict) else {"input": value}
