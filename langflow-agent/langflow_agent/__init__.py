@@ -1,0 +1,1 @@
+"""Langflow adapter for the LangflowAgent LangBot runner."""

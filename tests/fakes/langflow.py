@@ -1,0 +1,510 @@
+"""Faithful fake of Langflow 1.13's run API (docs/platforms.md §5, real-http-peers.md §2, the real
+transcripts in fixtures/real-peers/langflow/).
+
+``POST /api/v1/run/{flow}?stream=true`` answers ``text/event-stream; charset=utf-8`` whose body is
+*not* SSE: bare JSON objects (``json.dumps`` default separators) each followed by ``\\n\\n``, one
+HTTP chunk per event. Event order per ``srv.mode``:
+
+- ``llm`` (a streaming model):  add_message(User) → add_message(Machine, "", state partial)
+  → token("") → token(t)* → token("")×3 → add_message(Machine, complete, usage)×3 → end(RunResponse)
+- ``plain`` (no model, or one without streaming): add_message(User) → add_message(Machine, full) → end
+- a failing component (``error_event`` fault, ``fail_component``, a file path it does not know):
+  add_message(User) [→ tokens] → error(Message object, category "error") → error({"error": "500: {json}"}),
+  no ``end``
+
+``?stream=false`` answers the RunResponse (``outputs[0].outputs[0].results.message.text`` …), or
+HTTP 500 ``{"detail": "<json string>"}`` when the flow fails. Auth is ``x-api-key`` (header or query):
+missing or wrong → 403 ``{"detail"}``; an unknown flow → 404. ``session_id`` omitted → the flow id
+(every caller shares one memory). ``POST /api/v2/files`` stores an upload under ``<user id>/<file>``;
+a run attaches it with ``tweaks = {"<ChatInput id>": {"files": [path]}}``. ``GET /api/v1/flows/{id}``
+returns the flow with its nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from types import SimpleNamespace
+from typing import Any
+
+from .http_server import FakeHTTPServer, Request, Response
+
+__all__ = ["FAULTS", "FakeLangflow", "Flow", "Run"]
+
+MiB = 1024 * 1024
+USER_ID = "38b7ee74-26f8-42a5-bc6c-0760fa8cade4"  # the API key owner (real runs: a UUID)
+AUTO_LOGIN_403 = (
+    "Since v1.5, LANGFLOW_AUTO_LOGIN requires a valid API key. Set LANGFLOW_SKIP_AUTH_AUTO_LOGIN=true to skip "
+    "this check. Please update your authentication method."
+)
+_FAULT_BODIES: dict[int, tuple[str, Any]] = {
+    400: ("application/json", {"detail": "Invalid tweaks: component 'Nope-1' not found"}),
+    401: ("application/json", {"detail": "Could not validate credentials"}),
+    403: ("application/json", {"detail": "Invalid or missing API key"}),
+    404: ("application/json", {"detail": "Flow identifier {flow} not found"}),
+    413: ("application/json", {"detail": "Request Entity Too Large"}),
+    429: ("application/json", {"detail": "Too Many Requests"}),
+    500: ("text/plain; charset=utf-8", "Internal Server Error"),  # starlette, an unhandled exception
+    502: ("application/json", {"detail": "Bad Gateway"}),
+    503: ("application/json", {"detail": "Service Unavailable"}),
+}
+_STREAM_FAULTS = (
+    "invalid_json", "truncated", "error_event", "empty", "non_utf8", "oversized", "stall", "stall_before_headers",
+)
+FAULTS: tuple[str, ...] = (
+    tuple(f"http_{s}" for s in _FAULT_BODIES) + tuple(f"html_{s}" for s in _FAULT_BODIES) + _STREAM_FAULTS
+)
+MODES = ("llm", "plain")
+
+
+@dataclass
+class Flow:
+    """One stored flow: Chat Input → (model) → Chat Output."""
+
+    id: str
+    name: str
+    endpoint_name: str | None = None
+    chat_input_id: str = "ChatInput-Wna_m"
+    chat_output_id: str = "ChatOutput--hvXQ"
+    model_id: str = "OpenAIModelComponent-RcQ3e"
+
+
+@dataclass
+class Run:
+    """One /run request as received."""
+
+    flow: str
+    stream: bool
+    session_id: str
+    user_id: str | None
+    input_value: str
+    input_type: str
+    output_type: str
+    output_component: str
+    tweaks: dict[str, Any]
+    files: list[str] = field(default_factory=list)
+    global_vars: dict[str, str] = field(default_factory=dict)
+
+
+class _Aborted(Exception):
+    """The connection was closed on purpose (a fault) or by the client."""
+
+
+def _ts() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + f".{int(time.time() * 1e6) % 1000000:06d} UTC"
+
+
+class FakeLangflow(FakeHTTPServer):
+    """Langflow fake: ``with FakeLangflow() as srv: config(base_url=srv.base_url, flow_id=srv.flow_id)``."""
+
+    server_name = "uvicorn"
+
+    def __init__(self, api_key: str = "sk-langflow-test-key", *, mode: str = "llm", port: int = 0) -> None:
+        super().__init__(port=port)
+        self.api_key = api_key
+        self.api_keys: set[str] = set()
+        flow = Flow(id="54136e28-10ad-4da5-af34-dfbac388ccbf", name="echo-flow", endpoint_name="lb-chat")
+        self.flows: dict[str, Flow] = {flow.id: flow}
+        self.flow_id = flow.id
+        self.mode = mode
+        # -- scenario knobs (read once at the start of each request) --
+        self.answer_tokens: list[str] = ["Hello", " from", " the", " fake", " model."]
+        self.token_delay = 0.0
+        self.include_usage = True
+        self.repeat_final = 3  # Langflow 1.13 sends the completed AI message three times
+        self.fail_component: str | None = None  # the flow fails in this component with fail_text
+        self.fail_text = "fake upstream failure"
+        self.echo_memory = False  # answer with what the session remembers (proves memory is kept)
+        self.keep_uploads = True  # False: uploads are answered, then lost (runs naming them fail)
+        self._fault: str | None = None
+        self.fault_queue: list[str | None] = []
+        self.stall_seconds = 3600.0
+        self.oversized_bytes = 9 * MiB
+        # -- recorded state --
+        self.runs: list[Run] = []
+        self.sessions: dict[str, list[tuple[str, str]]] = {}  # session id -> [(sender, text)]
+        self.uploads: dict[str, bytes] = {}  # path -> bytes
+
+        self.add_route("POST", "/api/v1/run/{flow}", self._run)
+        self.add_route("GET", "/api/v1/flows/{flow}", self._get_flow)
+        self.add_route("POST", "/api/v2/files", self._upload)
+        self.add_route("POST", "/api/v2/files/", self._upload)
+        self.add_route("GET", "/health", self._health)
+
+    # -- public helpers ----------------------------------------------------------------------
+
+    @property
+    def fault(self) -> str | None:
+        """Sticky fault applied to every /run request (see FAULTS)."""
+        return self._fault
+
+    @fault.setter
+    def fault(self, value: str | None) -> None:
+        if value is not None and value not in FAULTS:
+            raise ValueError(f"unknown fault {value!r}; known: {', '.join(FAULTS)}")
+        self._fault = value
+
+    def forget_conversations(self) -> None:
+        """Drop every session's memory. Langflow reports nothing: the next run just starts empty."""
+        self.sessions.clear()
+
+    def add_flow(self, name: str, **kw: Any) -> Flow:
+        flow = Flow(id=str(uuid.uuid4()), name=name, **kw)
+        self.flows[flow.id] = flow
+        return flow
+
+    # -- routes ------------------------------------------------------------------------------
+
+    async def not_found(self, req: Request, resp: Response) -> None:
+        """FastAPI's answer for a route that does not exist."""
+        await self._detail(resp, 404, "Not Found")
+
+    async def method_not_allowed(self, req: Request, resp: Response, allowed: list[str]) -> None:
+        await self._detail(resp, 405, "Method Not Allowed")
+
+    async def _health(self, req: Request, resp: Response) -> None:
+        await resp.json(200, {"status": "ok"})
+
+    def _key(self, req: Request) -> str | None:
+        return req.headers.get("x-api-key") or req.query.get("x-api-key")
+
+    async def _auth(self, req: Request, resp: Response) -> bool:
+        key = self._key(req)
+        if not key:
+            await self._detail(resp, 403, AUTO_LOGIN_403)
+            return False
+        if key != self.api_key and key not in self.api_keys:
+            await self._detail(resp, 403, "Invalid or missing API key")
+            return False
+        return True
+
+    async def _detail(self, resp: Response, status: int, detail: Any) -> None:
+        body = json.dumps({"detail": detail}, separators=(",", ":")).encode()
+        await resp.send(status, body, "application/json", {"vary": "Origin"})
+
+    def _flow(self, ident: str) -> Flow | None:
+        if ident in self.flows:
+            return self.flows[ident]
+        return next((f for f in self.flows.values() if f.endpoint_name == ident), None)
+
+    async def _get_flow(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
+        flow = self._flow(req.path_params["flow"])
+        if flow is None:
+            await self._detail(resp, 404, "Flow not found")
+            return
+        nodes = [
+            {"id": flow.chat_input_id, "data": {"id": flow.chat_input_id, "type": "ChatInput", "node": {}}},
+            {"id": flow.model_id, "data": {"id": flow.model_id, "type": "OpenAIModelComponent", "node": {}}},
+            {"id": flow.chat_output_id, "data": {"id": flow.chat_output_id, "type": "ChatOutput", "node": {}}},
+        ]
+        await resp.json(200, {"id": flow.id, "name": flow.name, "endpoint_name": flow.endpoint_name,
+                              "user_id": USER_ID, "data": {"nodes": nodes, "edges": []}})
+
+    async def _upload(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
+        try:
+            form = req.form()
+        except ValueError:
+            await self._detail(resp, 422, [{"type": "missing", "loc": ["body", "file"], "msg": "Field required"}])
+            return
+        part = form.files.get("file")
+        if part is None:
+            await self._detail(resp, 422, [{"type": "missing", "loc": ["body", "file"], "msg": "Field required"}])
+            return
+        fid = str(uuid.uuid4())
+        name, _, ext = (part.filename or "file").rpartition(".")
+        path = f"{USER_ID}/{fid}.{ext}" if name else f"{USER_ID}/{fid}"
+        if self.keep_uploads:
+            self.uploads[path] = part.data
+        await resp.json(201, {"id": fid, "name": name or ext, "path": path, "size": len(part.data), "provider": None})
+
+    def _snapshot(self) -> SimpleNamespace:
+        fault = self.fault_queue.pop(0) if self.fault_queue else self.fault
+        if fault is not None and fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode {self.mode!r}")
+        return SimpleNamespace(
+            fault=fault, mode=self.mode, tokens=list(self.answer_tokens), delay=self.token_delay,
+            usage=self.include_usage, repeat=self.repeat_final, fail=self.fail_component, fail_text=self.fail_text,
+            echo_memory=self.echo_memory,
+        )
+
+    async def _run(self, req: Request, resp: Response) -> None:
+        s = self._snapshot()
+        if not await self._auth(req, resp):
+            return
+        ident = req.path_params["flow"]
+        flow = self._flow(ident)
+        kind, _, num = (s.fault or "").partition("_")
+        if kind in ("http", "html") and num.isdigit():
+            await self._http_fault(resp, int(num), ident, html=kind == "html")
+            return
+        if s.fault == "stall_before_headers":
+            await resp.stall(self.stall_seconds)
+            await resp.abort()
+            return
+        if flow is None:
+            await self._detail(resp, 404, f"Flow identifier {ident} not found")
+            return
+        try:
+            body = req.json()
+        except (ValueError, UnicodeDecodeError):
+            await self._detail(resp, 422, [{"type": "json_invalid", "loc": ["body", 0], "msg": "JSON decode error"}])
+            return
+        if not isinstance(body, dict):
+            await self._detail(resp, 422, [{"type": "model_attributes_type", "loc": ["body"],
+                                            "msg": "Input should be a valid dictionary"}])
+            return
+        tweaks = body.get("tweaks") or {}
+        if not isinstance(tweaks, dict):
+            await self._detail(resp, 422, [{"type": "dict_type", "loc": ["body", "tweaks"],
+                                            "msg": "Input should be a valid dictionary"}])
+            return
+        stream = req.query.get("stream", "false").lower() == "true"
+        input_type = str(body.get("input_type") or "chat")
+        session = body.get("session_id") or flow.id  # Langflow's default: every caller shares the flow's memory
+        files = []
+        for comp, values in tweaks.items():
+            if isinstance(values, dict) and "files" in values:
+                got = values["files"]
+                files += got if isinstance(got, list) else [got]
+                if comp != flow.chat_input_id:
+                    await self._detail(resp, 400, f"Invalid tweaks: component '{comp}' not found in flow")
+                    return
+        run = Run(
+            flow=flow.id, stream=stream, session_id=session, user_id=body.get("user_id"),
+            input_value=str(body.get("input_value") or "") if input_type in ("chat", "any") else "",
+            input_type=input_type, output_type=str(body.get("output_type") or "chat"),
+            output_component=str(body.get("output_component") or ""), tweaks=tweaks, files=[str(f) for f in files],
+            global_vars={k[len("x-langflow-global-var-"):]: v for k, v in req.headers.items()
+                         if k.startswith("x-langflow-global-var-")},
+        )
+        self.runs.append(run)
+        missing = [f for f in run.files if f not in self.uploads]
+        if missing and not s.fail:
+            s.fail, s.fail_text = "Chat Input", f"File not found: {missing[0]}"
+        memory = list(self.sessions.get(session, []))
+        self.sessions.setdefault(session, []).append(("User", run.input_value))
+        if s.echo_memory:
+            s.tokens = [f"I remember {len(memory) // 2} earlier turns."]
+        answer = "".join(s.tokens)
+        ctx = _Ctx(self, flow, run, s, answer)
+        try:
+            if stream:
+                await self._stream(ctx, resp)
+            else:
+                await self._blocking(ctx, resp)
+        except _Aborted:
+            return
+        if ctx.completed:
+            self.sessions[session].append(("Machine", answer))
+
+    async def _http_fault(self, resp: Response, status: int, flow: str, *, html: bool) -> None:
+        if html:
+            phrase = HTTPStatus(status).phrase
+            html = (f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n<center><h1>{status} "
+                    f"{phrase}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
+            await resp.text(status, html, "text/html")
+            return
+        ctype, doc = _FAULT_BODIES[status]
+        if isinstance(doc, str):
+            await resp.text(status, doc, ctype)
+            return
+        detail = str(doc["detail"]).replace("{flow}", flow)
+        await self._detail(resp, status, detail)
+
+    # -- stream ------------------------------------------------------------------------------
+
+    async def _send(self, resp: Response, event: str, data: Any) -> None:
+        await resp.write(json.dumps({"event": event, "data": data}).encode() + b"\n\n")
+
+    async def _pause(self, resp: Response, seconds: float) -> None:
+        if seconds > 0 and not await resp.stall(seconds):
+            raise _Aborted
+
+    async def _stream(self, c: _Ctx, resp: Response) -> None:
+        s = c.s
+        await resp.start_stream(200, "text/event-stream; charset=utf-8", {"vary": "Origin"})
+        if s.fault == "empty":
+            return
+        if s.fault == "invalid_json":
+            await resp.write(b'{"event": "add_message", "data": {not json\n\n')
+            return
+        await self._send(resp, "add_message", c.message("User", c.run.input_value, user=True))
+        if s.fault == "non_utf8":
+            await resp.write(b'{"event": "token", "data": {"chunk": "\xff\xfe", "id": "x"}}\n\n')
+        if s.fault == "oversized":
+            await resp.write(b'{"event": "token", "data": {"chunk": "')
+            left = self.oversized_bytes
+            while left > 0:
+                await resp.write(b"x" * min(left, 64 * 1024))
+                left -= 64 * 1024
+            await resp.write(b'", "id": "x"}}\n\n')
+        if s.fail and not s.fault:
+            await self._pause(resp, s.delay)
+            await self._fail_events(c, resp)
+            return
+        if s.mode == "plain":
+            await self._pause(resp, s.delay)
+            await self._send(resp, "add_message", c.message("Machine", c.answer))
+            if await self._after_first(c, resp):
+                return
+        else:
+            await self._send(resp, "add_message", c.message("Machine", "", state="partial"))
+            await self._send(resp, "token", {"chunk": "", "id": c.ai_id})
+            for i, tok in enumerate(s.tokens):
+                if i:
+                    await self._pause(resp, s.delay)
+                await self._send(resp, "token", {"chunk": tok, "id": c.ai_id})
+                if i == 0 and await self._after_first(c, resp):
+                    return
+            for _ in range(3):
+                await self._send(resp, "token", {"chunk": "", "id": c.ai_id})
+            for _ in range(max(1, s.repeat)):
+                await self._send(resp, "add_message", c.message("Machine", c.answer, usage=True))
+        await self._send(resp, "end", {"result": c.result()})
+        c.completed = True
+
+    async def _after_first(self, c: _Ctx, resp: Response) -> bool:
+        """Faults that strike after the first piece of the answer; True when the stream is over."""
+        fault = c.s.fault
+        if fault == "truncated":
+            await resp.abort()
+            raise _Aborted
+        if fault == "error_event":
+            await self._fail_events(c, resp)
+            return True
+        if fault == "stall":
+            await self._pause(resp, self.stall_seconds)
+        return False
+
+    async def _fail_events(self, c: _Ctx, resp: Response) -> None:
+        component = c.s.fail or "OpenAI"
+        err = c.message(component, c.s.fail_text + "\n", error=True)
+        await self._send(resp, "error", err)
+        await self._send(resp, "error", {"error": "500: " + c.graph_error(component)})
+
+    async def _blocking(self, c: _Ctx, resp: Response) -> None:
+        s = c.s
+        fault = s.fault
+        if fault in ("stall",):
+            await self._pause(resp, self.stall_seconds)
+        if fault == "empty":
+            await resp.send(200, b"", "application/json")
+            return
+        if fault == "invalid_json":
+            await resp.send(200, b'{"session_id": "x", "outputs": [', "application/json")
+            return
+        if fault == "truncated":
+            await resp.send_head(200, {"Content-Type": "application/json", "Content-Length": "5000"})
+            await resp.write_raw(b'{"session_id": "')
+            await resp.abort()
+            raise _Aborted
+        if fault == "non_utf8":
+            await resp.send(200, b'{"session_id": "\xff\xfe", "outputs": []}', "application/json")
+            return
+        if fault == "oversized":
+            await resp.send(200, b'{"pad": "' + b"x" * (17 * MiB) + b'"}', "application/json")
+            return
+        await self._pause(resp, s.delay * max(len(s.tokens) - 1, 0))
+        if fault == "error_event" or s.fail:
+            await self._detail(resp, 500, c.graph_error(s.fail or "OpenAI"))
+            return
+        await resp.json(200, c.result())
+        c.completed = True
+
+
+class _Ctx:
+    """One run's ids and the documents built from them."""
+
+    def __init__(self, srv: FakeLangflow, flow: Flow, run: Run, s: SimpleNamespace, answer: str) -> None:
+        self.srv, self.flow, self.run, self.s, self.answer = srv, flow, run, s, answer
+        self.run_id = str(uuid.uuid4())
+        self.ai_id = str(uuid.uuid4())
+        self.ts = _ts()
+        self.completed = False
+
+    def usage(self) -> dict[str, int] | None:
+        if not self.s.usage or self.s.mode != "llm":
+            return None
+        out = max(1, len(self.s.tokens))
+        return {"input_tokens": 11, "output_tokens": out, "total_tokens": 11 + out}
+
+    def message(self, sender: str, text: str, *, user: bool = False, state: str = "complete", usage: bool = False,
+                error: bool = False) -> dict[str, Any]:
+        mid = str(uuid.uuid4()) if user or error else self.ai_id
+        if user:
+            source = {"id": None, "display_name": None, "source": None}
+        elif error:
+            source = {"id": self.flow.model_id, "display_name": sender, "source": sender}
+        elif self.s.mode == "llm":
+            source = {"id": self.flow.model_id, "display_name": "OpenAI", "source": "gpt-4o-mini"}
+        else:
+            source = {"id": self.flow.chat_input_id, "display_name": "Chat Input", "source": "Chat Input"}
+        props = {"text_color": "red" if error else None, "background_color": "red" if error else None,
+                 "edited": False, "source": source, "icon": "error" if error else ("OpenAI" if not user and
+                 self.s.mode == "llm" else None), "allow_markdown": False, "positive_feedback": None,
+                 "state": state, "targets": [], "usage": self.usage() if usage else None, "build_duration": None}
+        inner = {"timestamp": self.ts, "sender": "User" if user else ("Machine" if not error else sender),
+                 "sender_name": "User" if user else ("AI" if not error else sender),
+                 "session_id": self.run.session_id, "context_id": "" if not error else None, "text": text,
+                 "files": list(self.run.files) if user else [], "error": False, "edit": False, "properties": props,
+                 "category": "error" if error else "message",
+                 "content_blocks": [{"title": "Error", "contents": [{"type": "error", "component": sender,
+                                    "reason": f"**Error**\n - **{text.strip()}**\n", "traceback": "Traceback ..."}]}]
+                 if error else [],
+                 "session_metadata": {"graph_run_id": self.run_id}, "id": mid, "flow_id": self.flow.id,
+                 "run_id": self.run_id, "duration": None}
+        return {"text_key": "text", "data": inner, "default_value": "", **{k: v for k, v in inner.items()
+                if k not in ("id",)}, "id": mid}
+
+    def graph_error(self, component: str) -> str:
+        return json.dumps({"message": f"Error running graph: Error building Component {component}: \n\n"
+                                      f"{self.s.fail_text}", "traceback": None, "description": None, "code": None,
+                           "suggestion": None}, separators=(",", ":"))
+
+    def result(self) -> dict[str, Any]:
+        msg = self.message("Machine", self.answer, usage=True)
+        out = {
+            "results": {"message": msg},
+            "artifacts": {"message": self.answer, "sender": "Machine", "sender_name": "AI", "files": [],
+                          "type": "object"},
+            "outputs": {"message": {"message": self.answer, "type": "text"}},
+            "logs": {"message": []},
+            "messages": [{"message": self.answer, "sender": "Machine", "sender_name": "AI",
+                          "session_id": self.run.session_id, "stream_url": None,
+                          "component_id": self.flow.chat_output_id, "files": [], "type": "text"}],
+            "timedelta": None, "duration": None, "component_display_name": "Chat Output",
+            "component_id": self.flow.chat_output_id, "used_frozen_result": False, "token_usage": None,
+        }
+        inputs = {"input_value": self.run.input_value} if self.run.input_type in ("chat", "any") else {}
+        return {"session_id": self.run.session_id, "outputs": [{"inputs": inputs, "outputs": [out]}]}
+
+
+def split_transcript(raw: bytes) -> tuple[bytes, int, dict[str, str], bytes]:
+    """A real-peer ``.http`` capture as (request bytes, status, response headers, response body).
+
+    The captures are ``request``, a blank line, the response head, a blank line, the de-chunked
+    body; some were saved with LF line ends instead of CRLF, so both are accepted."""
+    import re
+
+    m = re.search(rb"(\r?\n){2}(HTTP/1\.[01] (\d{3})[^\r\n]*)", raw)
+    if m is None:
+        raise ValueError("no response in the transcript")
+    request, rest = raw[: m.start()], raw[m.start(2):]
+    sep = re.search(rb"\r?\n\r?\n", rest)
+    if sep is None:
+        raise ValueError("no end of the response head")
+    head, body = rest[: sep.start()], rest[sep.end():]
+    headers = {}
+    for line in head.decode("latin-1").splitlines()[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return request, int(m.group(3)), headers, body
