@@ -92,4 +92,14 @@ class Log:
     level: str = "info"
 
 
-Event = Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
+@dataclass(slots=True)
+class NoReply:
+    """The upstream finished and this run must end without a message in the chat (for example n8n's
+    ``response-handling: ignore``): without answer text the run then completes quietly instead of
+    failing with ``upstream.empty_response``."""
+
+
+Event = (
+    Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
+    | NoReply
+)

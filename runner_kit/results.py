@@ -170,6 +170,7 @@ class ResultBuilder:
         self.attachments: list[Attachment] = []
         self.deltas_sent = 0
         self.finished = False
+        self.no_reply = False  # the upstream asked for the run to end without a message
 
     # --- accumulating ---------------------------------------------------------------------------
 

@@ -229,9 +229,10 @@ async def drive(
                 yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
                 env.session.mark_saved()
             final = builder.final_message()
-            if final is None:
+            if final is None and not builder.no_reply:
                 raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
-            yield final
+            if final is not None:
+                yield final
             yield builder.completed(usage)
         except RunnerError as exc:
             if pump.ended:
@@ -406,6 +407,8 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
                 env.session.mark_saved()
         case ev.Log(text=t, level=level):
             out.append(builder.log(env.redact(t), level))
+        case ev.NoReply():
+            builder.no_reply = True
         case _:
             get_logger("runner_kit.run").debug("ignoring unknown adapter event %r", type(item))
     return [r for r in out if r is not None]

@@ -225,3 +225,15 @@ async def test_stored_session_kept_when_the_fresh_retry_fails_otherwise():
     assert failure(results)[0] == "upstream.unavailable"
     assert state_updates(results) == {}
     assert host.make_context("next").state.conversation[KEY] == "old"
+
+
+async def test_no_reply_completes_quietly_but_failures_still_fail():
+    r, host, _ = make([ev.SessionId("s9"), ev.Usage(2, 3), ev.NoReply()])
+    results = await run(r, host)
+    end = terminal(results)
+    assert rtype(end) == "run.completed" and end.data.get("message") is None
+    assert not [x for x in results if rtype(x) in ("message.completed", "message.delta")]
+    assert state_updates(results) == {KEY: "s9"} and end.usage.total_tokens == 5
+
+    r, host, _ = make([ev.NoReply(), boom(RunnerError("upstream.error", "the workflow failed"))])
+    assert failure(await run(r, host))[0] == "upstream.error"

@@ -1,0 +1,1 @@
+"""n8n adapter for the N8nAgent LangBot runner."""
