@@ -1,0 +1,341 @@
+"""LangflowAgent against a real Langflow 1.13 (opt-in: RUN_SLOW=1; see real-http-peers.md §2).
+
+- ``langflow==1.13.0`` is installed with ``uv`` into ``$LANGFLOW_REAL_VENV`` (default
+  ``~/.cache/langbot-agent-runners/langflow-1.13-venv``, about 1.8 GB; ~30 s with a warm uv cache)
+  on first use and reused once the marker file says the install finished. A file lock keeps two runs
+  from installing at once. When ``uv`` or the install fails, the tests skip and say what failed.
+- Langflow runs ``--backend-only`` on a free 127.0.0.1 port with its own config dir and SQLite in tmp
+  (``LANGFLOW_AUTO_LOGIN=true`` to mint an API key, ``LANGFLOW_SSRF_ALLOWED_HOSTS=127.0.0.1`` so its
+  OpenAI component may call the loopback fake model). It takes 30-40 s to answer ``/health``.
+- Flows (``langflow_flows.py``, built with lfx's graph API in the Langflow venv): Chat Input → Chat
+  Output; Chat Input → OpenAI (streaming, base URL = ``tests.fakes.openai.FakeOpenAI``, Message
+  History as the system message) → Chat Output; the same pointing at a fake model that answers 500.
+- Langflow (a process group of its own) is stopped by its PID at the end.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runner_kit.http import close_shared_client
+from runners_cli.host import Identity, LocalHost
+from tests.fakes.openai import FakeOpenAI
+from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(1800)]
+
+LANGFLOW_VERSION = "1.13.0"
+DEFAULT_VENV = "~/.cache/langbot-agent-runners/langflow-1.13-venv"
+MARKER = "langbot-install-complete.json"
+INSTALL_TIMEOUT = 1200.0
+START_TIMEOUT = 240.0
+LOOPBACK = "127.0.0.1"
+FLOWS_SCRIPT = Path(__file__).with_name("langflow_flows.py")
+TIMINGS: dict[str, float] = {}
+ANSWER = "Hello from the fake model."
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
+
+
+def say(text: str) -> None:
+    print(f"[langflow-real] {text}", file=sys.stderr, flush=True)
+
+
+def _venv() -> Path:
+    return Path(os.environ.get("LANGFLOW_REAL_VENV") or DEFAULT_VENV).expanduser().resolve()
+
+
+def _marker_text() -> str:
+    return json.dumps({"langflow": LANGFLOW_VERSION, "python": "3.11"}, sort_keys=True)
+
+
+def _ready(venv: Path) -> bool:
+    marker = venv / MARKER
+    if not ((venv / "bin" / "langflow").is_file() and marker.is_file()):
+        return False
+    try:
+        return json.loads(marker.read_text(encoding="utf-8")).get("key") == _marker_text()
+    except ValueError:
+        return False
+
+
+def _tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _uv(args: list[str], log: Path, what: str, deadline: float) -> None:
+    with open(log, "a", encoding="utf-8") as out:
+        out.write(f"\n$ {' '.join(args)}\n")
+        out.flush()
+        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            code = proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            pytest.skip(f"Langflow real peer: {what} did not finish within {INSTALL_TIMEOUT:.0f}s; see {log}")
+    if code != 0:
+        pytest.skip(f"Langflow real peer: {what} failed (exit {code}); see {log}:\n{_tail(log)}")
+
+
+def provide_langflow() -> Path:
+    """The venv with Langflow installed (installing it under a lock if the marker is missing)."""
+    venv = _venv()
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if _ready(venv):
+            TIMINGS["install"] = 0.0
+            return venv
+        uv = shutil.which("uv")
+        if uv is None:
+            pytest.skip("Langflow real peer: `uv` is not installed (plain pip's resolver stalls on langflow)")
+        log = venv.parent / f"{venv.name}-install.log"
+        started = time.monotonic()
+        deadline = started + INSTALL_TIMEOUT
+        say(f"installing langflow=={LANGFLOW_VERSION} into {venv} (log: {log})")
+        if not (venv / "bin" / "python").is_file():
+            _uv([uv, "venv", str(venv), "--python", "3.11", "--allow-existing"], log, "uv venv --python 3.11",
+                deadline)
+        _uv([uv, "pip", "install", "--python", str(venv / "bin" / "python"), f"langflow=={LANGFLOW_VERSION}"], log,
+            f"uv pip install langflow=={LANGFLOW_VERSION}", deadline)
+        if not (venv / "bin" / "langflow").is_file():
+            pytest.skip(f"Langflow real peer: the install left no langflow command in {venv}; see {log}")
+        took = time.monotonic() - started
+        TIMINGS["install"] = took
+        (venv / MARKER).write_text(json.dumps({"key": _marker_text(), "seconds": round(took, 1)}), encoding="utf-8")
+        say(f"installed in {took:.1f}s")
+        return venv
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((LOOPBACK, 0))
+        return s.getsockname()[1]
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop Langflow and its children: its own process group, addressed by its PID."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+    # workers that outlived the leader are still in its group
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+class Peer:
+    """The running Langflow, its API key, the flows and the fake models."""
+
+    def __init__(self, url: str, key: str, flows: dict[str, str], model: FakeOpenAI, broken: FakeOpenAI):
+        self.url, self.key, self.flows, self.model, self.broken = url, key, flows, model, broken
+
+    def config(self, flow: str, **extra) -> dict:
+        return {"base-url": self.url, "api-key": self.key, "flow-id": self.flows[flow], **extra}
+
+    def messages(self, session: str) -> list[dict]:
+        r = httpx.get(self.url + "/api/v1/monitor/messages", params={"session_id": session},
+                      headers={"x-api-key": self.key}, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+
+@pytest.fixture(scope="module")
+def peer(tmp_path_factory):
+    venv = provide_langflow()
+    model = FakeOpenAI(api_key=None)  # the flows' OpenAI component sends its own placeholder key
+    model.token_delay = 0.15
+    model.start()
+    broken = FakeOpenAI(api_key=None)
+    broken.fault = "http_500"
+    broken.start()
+    home = tmp_path_factory.mktemp("langflow")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "LANGFLOW_CONFIG_DIR": str(home),
+        "LANGFLOW_DATABASE_URL": f"sqlite:///{home}/langflow.db",
+        "LANGFLOW_AUTO_LOGIN": "true",
+        "DO_NOT_TRACK": "true",
+        "LANGFLOW_SSRF_ALLOWED_HOSTS": LOOPBACK,
+    }
+    log = home / "langflow.log"
+    out = open(log, "w", encoding="utf-8")
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "langflow"), "run", "--host", LOOPBACK, "--port", str(port), "--backend-only",
+         "--no-open-browser", "--workers", "1"],
+        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=home, start_new_session=True,
+    )
+    url = f"http://{LOOPBACK}:{port}"
+    try:
+        while True:
+            if proc.poll() is not None:
+                pytest.fail(f"Langflow exited with {proc.returncode} before answering /health:\n{_tail(log)}")
+            if time.monotonic() - started > START_TIMEOUT:
+                pytest.fail(f"Langflow did not answer /health within {START_TIMEOUT:.0f}s:\n{_tail(log)}")
+            try:
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        TIMINGS["start"] = time.monotonic() - started
+        say(f"Langflow {LANGFLOW_VERSION} answered /health after {TIMINGS['start']:.1f}s on {url}")
+        token = httpx.get(url + "/api/v1/auto_login", timeout=30).json()["access_token"]
+        key = httpx.post(url + "/api/v1/api_key/", headers={"Authorization": f"Bearer {token}"},
+                         json={"name": "langbot-real-peer"}, timeout=30).json()["api_key"]
+        built = subprocess.run([str(venv / "bin" / "python"), str(FLOWS_SCRIPT), model.base_url, broken.base_url],
+                               capture_output=True, text=True, timeout=300, check=False)
+        assert built.returncode == 0, built.stderr[-2000:]
+        flows = {}
+        for name, body in json.loads(built.stdout).items():
+            r = httpx.post(url + "/api/v1/flows/", headers={"x-api-key": key}, json=body, timeout=60)
+            assert r.status_code == 201, r.text[:500]
+            flows[name] = r.json()["id"]
+        yield Peer(url, key, flows, model, broken)
+    finally:
+        _stop(proc)
+        out.close()
+        model.stop()
+        broken.stop()
+        say(f"timings: {json.dumps({k: round(v, 1) for k, v in TIMINGS.items()})}")
+
+
+def _prompt(body: dict) -> str:
+    """A completion request's messages as one text (system + user)."""
+    parts = []
+    for m in body.get("messages") or []:
+        c = m.get("content")
+        if isinstance(c, list):
+            c = " ".join(p.get("text", "") for p in c if isinstance(p, dict))
+        parts.append(f"{m.get('role')}: {c}")
+    return "\n".join(parts)
+
+
+@pytest.fixture(autouse=True)
+async def _close():
+    yield
+    await close_shared_client()
+
+
+def _host() -> LocalHost:
+    return LocalHost(runner_id="plugin:langbot-team/LangflowAgent/default")
+
+
+async def test_streaming_answer_arrives_in_deltas_before_the_end(peer):
+    host = _host()
+    runner = make_runner("langflow-agent", host)
+    ctx = host.make_context("hello there", config=peer.config("llm"))
+    started = time.monotonic()
+    stamped = []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        stamped.append((time.monotonic() - started, r))
+    results = [r for _, r in stamped]
+    end = terminal(results)
+    assert rtype(end) == "run.completed", end.data
+    assert final_text(results) == ANSWER
+    shown = deltas(results)
+    assert len(shown) >= 2 and ANSWER.startswith(shown[0]) and shown[0] != ANSWER, shown
+    first = next(t for t, r in stamped if rtype(r) == "message.delta")
+    assert first < stamped[-1][0] - 0.3, "text reached the chat while the model was still generating"
+    assert end.usage is not None and end.usage.total_tokens, "Langflow passes the model's usage on"
+    session = next(iter(state_updates(results).values()))
+    assert session.startswith("langbot-") and session != peer.flows["llm"]
+    TIMINGS["first_delta"] = first
+
+
+async def test_second_turn_keeps_the_session_and_the_model_sees_the_first(peer):
+    host = _host()
+    runner = make_runner("langflow-agent", host)
+    ident = Identity(conversation_id="real-conv-2", actor_id="alice")
+    first = await run(runner, host, "remember the word pineapple", config=peer.config("llm"), identity=ident)
+    assert rtype(terminal(first)) == "run.completed", terminal(first).data
+    (session,) = state_updates(first).values()
+    before = len(peer.model.chat_requests)
+    second = await run(runner, host, "which word did I ask you to remember?", config=peer.config("llm"),
+                       identity=ident)
+    assert final_text(second) == ANSWER
+    assert state_updates(second) == {}, "the same Langflow session is kept"
+    prompt = _prompt(peer.model.chat_requests[before])
+    assert "pineapple" in prompt and "which word" in prompt, prompt
+    texts = [m["text"] for m in peer.messages(session)]
+    assert texts == ["remember the word pineapple", ANSWER, "which word did I ask you to remember?", ANSWER]
+    other = await run(runner, host, "hi", config=peer.config("llm"), identity=Identity(conversation_id="other"))
+    assert list(state_updates(other).values()) != [session], "another conversation gets its own session"
+
+
+async def test_failing_flow_is_a_clear_failure(peer):
+    host = _host()
+    results = await run(make_runner("langflow-agent", host), host, "hi", config=peer.config("failing"))
+    code, retryable, message = failure(results)
+    assert (code, retryable) == ("upstream.error", False), message
+    assert "OpenAI" in message and "server had an error" in message, message
+
+
+async def test_echo_flow_without_streaming_and_with_the_api_prefix_pasted(peer):
+    host = _host()
+    runner = make_runner("langflow-agent", host)
+    cfg = peer.config("echo", **{"base-url": peer.url + "/api/v1/", "advanced-settings": True, "streaming": False})
+    results = await run(runner, host, "héllo 世界 👋", config=cfg)
+    assert final_text(results) == "héllo 世界 👋"
+    streamed = await run(runner, host, "second", config=peer.config("echo", **{"base-url": peer.url + "/"}))
+    assert final_text(streamed) == "second"
+
+
+async def test_wrong_key_and_unknown_flow_tell_the_owner(peer):
+    host = _host()
+    runner = make_runner("langflow-agent", host)
+    code, _, message = failure(await run(runner, host, config={**peer.config("echo"), "api-key": "sk-wrong-key-1"}))
+    assert code == "upstream.auth" and "Invalid or missing API key" in message and "Langflow API Keys" in message
+    cfg = {**peer.config("echo"), "flow-id": "00000000-0000-0000-0000-000000000000"}
+    code, _, message = failure(await run(runner, host, config=cfg))
+    assert code == "config.invalid" and "flow-id" in message and "00000000" in message, message
+
+
+async def test_image_is_uploaded_and_attached_to_the_chat_input(peer):
+    host = _host()
+    contents = [{"type": "text", "text": "what is this"}, {"type": "image_base64", "image_base64": PNG}]
+    results = await run(make_runner("langflow-agent", host), host, "what is this", config=peer.config("echo"),
+                        contents=contents)
+    assert final_text(results) == "what is this", terminal(results).data
+    (session,) = state_updates(results).values()
+    user = [m for m in peer.messages(session) if m["sender"] == "User"]
+    files = user[0]["files"]
+    files = json.loads(files) if isinstance(files, str) else files
+    assert len(files) == 1 and str(files[0]).endswith(".png"), user[0]
+
+
+@pytest.mark.parametrize(("uv", "words"), [(None, "`uv` is not installed"), ("/bin/false", "failed (exit 1)")])
+def test_an_install_that_cannot_be_done_skips_and_says_why(tmp_path, monkeypatch, uv, words):
+    monkeypatch.setenv("LANGFLOW_REAL_VENV", str(tmp_path / "venv"))
+    monkeypatch.setattr(shutil, "which", lambda name: uv)
+    with pytest.raises(pytest.skip.Exception, match="Langflow real peer: .*" + words.replace("(", r"\(").replace(")", r"\)")):
+        provide_langflow()
+    assert not (tmp_path / "venv" / MARKER).exists(), "no marker for an install that did not finish"
