@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from runner_kit.http import shared_client
-from runners_cli.host import LocalHost
+from runners_cli.host import Identity, LocalHost
 from runners_cli.plugins import find, load_runner_class
 
 from .common import delta_text, now_ns, rtype
@@ -47,7 +47,9 @@ async def runner_turn(
     ``direct`` iterates ``runner.run`` instead, leaving out the SDK's ``invoke`` wrapper (its
     per-invocation API, result queue and task), to tell the kit's share from the SDK's."""
     turn = Turn(key)
-    ctx = host.make_context(key, config=config)
+    # one conversation per run, as concurrent chats are (a platform may refuse a second message
+    # while one conversation is still answering, as Coze does)
+    ctx = host.make_context(key, config=config, identity=Identity(conversation_id=f"bench-{key}"))
     async for result in runner.run(ctx) if direct else runner.invoke(ctx):
         t = now_ns()
         host.apply_result(ctx.run_id, result)
@@ -61,8 +63,12 @@ async def runner_turn(
             content = result.data["message"]["content"]
             turn.text = content if isinstance(content, str) else ""
         elif kind in ("run.completed", "run.failed"):
-            turn.terminal = kind
-            turn.code = result.data.get("code")
+            # a pipeline run whose failure is shown in the chat ends in run.completed with the
+            # code as its finish_reason (runner_kit.explain): that is a failure here too
+            reason = result.data.get("finish_reason")
+            failed = kind == "run.failed" or reason not in (None, "stop")
+            turn.terminal = "run.failed" if failed else kind
+            turn.code = result.data.get("code") if kind == "run.failed" else (reason if failed else None)
         if keep:
             turn.results.append(result)
     return turn

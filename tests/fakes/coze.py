@@ -388,6 +388,13 @@ class FakeCoze(FakeHTTPServer):
         return msg
 
     async def _send(self, s: SimpleNamespace, resp: Response, name: str, data: Any, *, last: bool = False) -> None:
+        if last:
+            # like Coze, a chat that has ended frees its conversation before the client reads [DONE]
+            # (not when this handler returns, which races a client that sends the next message at once)
+            for conv in self.conversations.values():
+                running = self.chats.get(conv.running) if conv.running else None
+                if running is not None and running.status not in ("created", "in_progress"):
+                    conv.running = None
         payload = f"event:{name}\ndata:{json.dumps(data, ensure_ascii=False)}".encode()
         if not (last and not s.trailing_blank_line):
             payload += b"\n\n"
