@@ -37,6 +37,7 @@ from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import SSEDecoder
 from runner_kit.usage import usage_from
+from runner_kit.wire import cut_off, first_error, maybe_json
 
 from . import const
 from .errors import (
@@ -145,7 +146,7 @@ class CozeAdapter(Adapter):
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._upload(f)) for f in files]
         except BaseExceptionGroup as group:
-            raise _first_error(group) from None
+            raise first_error(group) from None
         return [t.result() for t in tasks]
 
     async def _request(self) -> tuple[dict[str, Any], dict[str, str]]:
@@ -212,7 +213,7 @@ class CozeAdapter(Adapter):
                 except StopAsyncIteration:
                     batch, ended = decoder.close(), True
                 except (httpx.HTTPError, RunnerError) as exc:
-                    if not (st.completed and _cut_off(exc)):
+                    if not (st.completed and cut_off(exc)):
                         raise
                     log.info("%s: the stream broke off after chat.completed; the answer is complete", self.platform)
                     break
@@ -379,12 +380,12 @@ class CozeAdapter(Adapter):
             out.extend(attachments)
             return out
         if mtype == const.FUNCTION_CALL:
-            call = _maybe_json(content)
+            call = maybe_json(content)
             call = call if isinstance(call, dict) else {"arguments": call}
             name = str(call.get("name") or call.get("plugin_name") or "tool")
             call_id = mid or f"call-{len(st.open_calls) + st.calls_done}"
             st.open_calls.append((call_id, name))
-            args = _maybe_json(call.get("arguments"))
+            args = maybe_json(call.get("arguments"))
             params = args if isinstance(args, dict) else ({} if args in (None, "") else {"arguments": args})
             return [ev.ToolStarted(call_id=call_id, name=name, parameters=params)]
         if mtype in const.TOOL_OUTPUTS:
@@ -395,9 +396,9 @@ class CozeAdapter(Adapter):
                 # an output without a call we saw: still one started/completed pair for the ledger
                 st.calls_done += 1
                 return [ev.ToolStarted(call_id=call_id, name=name),
-                        ev.ToolCompleted(call_id=call_id, name=name, result=_maybe_json(content))]
+                        ev.ToolCompleted(call_id=call_id, name=name, result=maybe_json(content))]
             st.calls_done += 1
-            return [ev.ToolCompleted(call_id=call_id, name=name, result=_maybe_json(content))]
+            return [ev.ToolCompleted(call_id=call_id, name=name, result=maybe_json(content))]
         if mtype == const.FOLLOW_UP:
             if isinstance(content, str) and content.strip() and len(st.follow_ups) < MAX_FOLLOW_UPS:
                 st.follow_ups.append(" ".join(content.split()))
@@ -505,7 +506,7 @@ def _answer_content(content_type: Any, content: Any) -> tuple[str, list[ev.Attac
         return "", []
     if content_type != "object_string":
         return (content if content_type in (None, "", "text") else ""), []
-    items = _maybe_json(content)
+    items = maybe_json(content)
     if not isinstance(items, list):
         return content, []
     texts: list[str] = []
@@ -531,29 +532,6 @@ def _requires_action(data: dict[str, Any]) -> str:
         f"the {const.PLATFORM} bot asked for the result of a client-side tool{what}, which cannot be answered from "
         "the chat yet; give the bot a plugin or workflow for it in Coze instead of a local function"
     )
-
-
-def _cut_off(exc: BaseException) -> bool:
-    """A transport failure (connection dropped, read stalled), not an answer from Coze."""
-    if isinstance(exc, httpx.HTTPError):
-        return True
-    return isinstance(exc, RunnerError) and exc.code in ("upstream.unavailable", "upstream.timeout")
-
-
-def _first_error(group: BaseExceptionGroup) -> BaseException:
-    first: BaseException = group.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
-
-
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
 
 
 def _upload_error(name: str, err: RunnerError) -> RunnerError:

@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 from runner_kit.errors import RunnerError, status_to_code
+from runner_kit.wire import json_object
 
 from .const import CONVERSATION_MISSING, PLATFORM
 
@@ -92,17 +93,6 @@ def map_error(status: int | None, code: Any, message: str | None, logid: str | N
     if logid:
         text += f" [logid {str(logid)[:64]}]"
     return RunnerError(taxonomy, text, status=status)
-
-
-def json_object(body: bytes) -> dict[str, Any] | None:
-    """The body as a JSON object, or None when it is not one."""
-    if body.strip()[:1] != b"{":
-        return None
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def envelope_error(doc: dict[str, Any], status: int | None = None) -> RunnerError | None:

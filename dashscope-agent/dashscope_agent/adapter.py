@@ -25,14 +25,15 @@ from typing import Any
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import finish_body, open_stream, read_bounded
+from runner_kit.http import finish_body, open_stream
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
+from runner_kit.wire import maybe_json, read_json_answer, tool_input
 
 from . import const
-from .errors import BASE_URL_HINT, error_fields, json_object, map_error, parse_envelope, session_gone
+from .errors import BASE_URL_HINT, error_fields, map_error, parse_envelope, session_gone
 
 log = get_logger("runner_kit.dashscope")
 
@@ -172,7 +173,7 @@ class DashScopeAdapter(Adapter):
         ) as resp:
             ctype = resp.headers.get("content-type", "").lower()
             if ctype and "event-stream" not in ctype:
-                doc = await self._read_non_stream(resp, ctype)
+                doc = await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)
                 for item in self._chunk(doc, state, None, blocking=True):
                     yield item
                 for item in self._finish(state):
@@ -211,24 +212,6 @@ class DashScopeAdapter(Adapter):
             raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
         for item in self._finish(state):
             yield item
-
-    async def _read_non_stream(self, resp: Any, ctype: str) -> dict[str, Any]:
-        """A 2xx body that is not an event stream: DashScope's one JSON answer, or a page that is not it."""
-        raw = await read_bounded(resp, MAX_JSON_BODY + 1, self.platform, strict=True)
-        html = raw.lstrip()[:1] == b"<" or "html" in ctype
-        if html or "json" not in ctype:
-            kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
-            raise RunnerError(
-                "upstream.protocol",
-                f"{self.platform} answered HTTP {resp.status_code} with {kind} instead of an event stream "
-                f"({BASE_URL_HINT})",
-            )
-        if len(raw) > MAX_JSON_BODY:
-            raise RunnerError("upstream.protocol", f"{self.platform} response exceeds {MAX_JSON_BODY} bytes")
-        doc = json_object(raw)
-        if doc is None:
-            raise RunnerError("upstream.protocol", f"{self.platform} returned a body that is not a JSON object")
-        return doc
 
     def _chunk(self, data: dict[str, Any], st: _State, status: int | None, blocking: bool = False) -> list[ev.Event]:
         out_doc = data.get("output")
@@ -293,7 +276,7 @@ class DashScopeAdapter(Adapter):
                 continue
             if action_type == "response":
                 continue  # the answer itself, streamed as output.text
-            params = _tool_input(t.get("action_input"))
+            params = tool_input(t.get("action_input"))
             step, new = st.step(action_type, name, params)
             if new:
                 if thought.strip():
@@ -302,7 +285,7 @@ class DashScopeAdapter(Adapter):
             observation = t.get("observation")
             if observation not in (None, "") and not step["done"]:
                 step["done"] = True
-                out.append(ev.ToolCompleted(call_id=step["id"], name=name or action_type, result=_maybe_json(observation)))
+                out.append(ev.ToolCompleted(call_id=step["id"], name=name or action_type, result=maybe_json(observation)))
         return out
 
     def _finish(self, st: _State) -> list[ev.Event]:
@@ -469,15 +452,3 @@ def render_references(refs: list[Any], quote: str) -> str:
     return "\n".join(([head] if head else []) + lines)
 
 
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _tool_input(raw: Any) -> dict[str, Any]:
-    value = _maybe_json(raw) if raw not in (None, "") else {}
-    return value if isinstance(value, dict) else {"input": value}

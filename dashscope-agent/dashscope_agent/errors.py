@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from runner_kit.errors import RunnerError, status_to_code
+from runner_kit.wire import json_object
 
 from .const import PLATFORM
 
@@ -86,18 +86,6 @@ def map_error(status: int | None, code: str | None, message: str | None) -> Runn
     if hint and message and hint not in message:
         text += f" ({hint})"
     return RunnerError(taxonomy, text, status=status)
-
-
-def json_object(body: bytes | str) -> dict[str, Any] | None:
-    """The body as a JSON object, or None when it is not one."""
-    raw = body.strip() if isinstance(body, (bytes, str)) else b""
-    if raw[:1] not in (b"{", "{"):
-        return None
-    try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def error_fields(doc: dict[str, Any]) -> tuple[str | None, str | None] | None:

@@ -23,14 +23,15 @@ import httpx
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
+from runner_kit.http import finish_body, open_stream, read_json, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
+from runner_kit.wire import cut_off, first_error, maybe_json, read_json_answer, tool_input
 
 from . import const
-from .errors import BASE_URL_HINT, conversation_missing, error_fields, json_object, map_error, parse_envelope
+from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_envelope
 
 log = get_logger("runner_kit.dify")
 
@@ -114,7 +115,7 @@ class DifyAdapter(Adapter):
             async with asyncio.TaskGroup() as tg:
                 tasks = [tg.create_task(self._upload(f)) for f in files]
         except BaseExceptionGroup as group:
-            raise _first_error(group) from None
+            raise first_error(group) from None
         return [t.result() for t in tasks]
 
     async def _request(self) -> tuple[str, dict[str, Any]]:
@@ -162,7 +163,7 @@ class DifyAdapter(Adapter):
         ) as resp:
             ctype = resp.headers.get("content-type", "").lower()
             if ctype and "event-stream" not in ctype:
-                for item in self._blocking(await self._read_non_stream(resp, ctype)):
+                for item in self._blocking(await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)):
                     yield item
                 return
             state = _StreamState()
@@ -173,7 +174,7 @@ class DifyAdapter(Adapter):
                 except StopAsyncIteration:
                     break
                 except (httpx.HTTPError, RunnerError) as exc:
-                    if not (state.message_ended and _cut_off(exc)):
+                    if not (state.message_ended and cut_off(exc)):
                         raise
                     # message_end carried the whole answer; only workflow_finished was lost
                     log.info("%s: the stream broke off after message_end; the answer is complete", self.platform)
@@ -201,24 +202,6 @@ class DifyAdapter(Adapter):
             raise RunnerError(
                 "upstream.unavailable", f"{self.platform} closed the stream before the answer finished"
             )
-
-    async def _read_non_stream(self, resp: httpx.Response, ctype: str) -> Any:
-        """A 2xx body that is not an event stream: a JSON document, or a page that is not Dify."""
-        raw = await read_bounded(resp, MAX_JSON_BODY + 1, self.platform, strict=True)
-        html = raw.lstrip()[:1] == b"<" or "html" in ctype
-        if html or "json" not in ctype:
-            kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
-            raise RunnerError(
-                "upstream.protocol",
-                f"{self.platform} answered HTTP {resp.status_code} with {kind} instead of an event stream "
-                f"({BASE_URL_HINT})",
-            )
-        if len(raw) > MAX_JSON_BODY:
-            raise RunnerError("upstream.protocol", f"{self.platform} response exceeds {MAX_JSON_BODY} bytes")
-        doc = json_object(raw)
-        if doc is None:
-            raise RunnerError("upstream.protocol", f"{self.platform} returned a body that is not a JSON object")
-        return doc
 
     def _map(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
         name = data.get("event")
@@ -309,11 +292,11 @@ class DifyAdapter(Adapter):
         tool = data.get("tool") or ""
         if tool and not seen["started"]:
             seen["started"] = True
-            out.append(ev.ToolStarted(call_id=step_id, name=tool, parameters=_tool_input(data.get("tool_input"))))
+            out.append(ev.ToolStarted(call_id=step_id, name=tool, parameters=tool_input(data.get("tool_input"))))
         observation = data.get("observation")
         if tool and observation and not seen["done"]:
             seen["done"] = True
-            out.append(ev.ToolCompleted(call_id=step_id, name=tool, result=_maybe_json(observation)))
+            out.append(ev.ToolCompleted(call_id=step_id, name=tool, result=maybe_json(observation)))
         return out
 
     def _workflow_finished(self, wf: dict[str, Any], st: _StreamState) -> list[ev.Event]:
@@ -403,21 +386,6 @@ def _echoes_answer(thought: str, streamed: str) -> bool:
     return bool(t) and streamed.strip().startswith(t)
 
 
-def _cut_off(exc: BaseException) -> bool:
-    """A transport failure (connection dropped, read stalled), not an answer from Dify."""
-    if isinstance(exc, httpx.HTTPError):
-        return True
-    return isinstance(exc, RunnerError) and exc.code in ("upstream.unavailable", "upstream.timeout")
-
-
-def _first_error(group: BaseExceptionGroup) -> BaseException:
-    """The first failure inside a (possibly nested) exception group."""
-    first: BaseException = group.exceptions[0]
-    while isinstance(first, BaseExceptionGroup):
-        first = first.exceptions[0]
-    return first
-
-
 def _int(value: Any) -> int | None:
     try:
         return int(value) if value is not None else None
@@ -432,20 +400,6 @@ def _usage(usage: dict[str, Any]) -> ev.Usage:
         completion_tokens=_int(usage.get("completion_tokens")),
         total_tokens=_int(usage.get("total_tokens")),
     )
-
-
-def _maybe_json(value: Any) -> Any:
-    if isinstance(value, str) and value[:1] in ("{", "["):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _tool_input(raw: Any) -> dict[str, Any]:
-    value = _maybe_json(raw) if raw else {}
-    return value if isinstance(value, dict) else {"input": value}
 
 
 def _pick_output(outputs: Any, key: str) -> str | None:

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from runner_kit.errors import RunnerError, status_to_code
+from runner_kit.wire import json_object
 
 from .const import PLATFORM
 
@@ -63,17 +64,6 @@ def map_error(status: int | None, code: str | None, message: str | None) -> Runn
     if taxonomy == "upstream.error" and status is not None and status >= 500:
         taxonomy = "upstream.unavailable"
     return RunnerError(taxonomy, text, status=status)
-
-
-def json_object(body: bytes) -> dict[str, Any] | None:
-    """The body as a JSON object, or None when it is not one."""
-    if body.strip()[:1] != b"{":
-        return None
-    try:
-        doc = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return doc if isinstance(doc, dict) else None
 
 
 def error_fields(doc: dict[str, Any]) -> tuple[int | None, str | None, str | None] | None:

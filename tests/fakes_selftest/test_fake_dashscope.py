@@ -77,7 +77,8 @@ async def test_session_continues_and_forgotten_sessions(srv, client):
     sid = blocks((await post(client)).content)[0]["data"]["output"]["session_id"]
     again = blocks((await post(client, {**BODY, "input": {"prompt": "2", "session_id": sid}})).content)
     assert again[0]["data"]["output"]["session_id"] == sid
-    assert [t[0] for t in srv.sessions[sid].turns] == ["hi", "2"]
+    # the handler records the turn after the last byte went out: wait for it instead of racing it
+    assert await srv.wait_until_async(lambda: [t[0] for t in srv.sessions[sid].turns] == ["hi", "2"], timeout=5)
     srv.forget_conversations()
     r = await post(client, {**BODY, "input": {"prompt": "3", "session_id": sid}})
     assert r.status_code == 400 and r.json()["code"] == "InvalidParameter" and sid in r.json()["message"]

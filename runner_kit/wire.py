@@ -1,0 +1,76 @@
+"""Small readers for platform payloads that every adapter needs the same way."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from .errors import RunnerError
+from .http import read_bounded
+
+MAX_JSON_BODY = 16 * 1024 * 1024
+
+
+def json_object(body: bytes | str) -> dict[str, Any] | None:
+    """``body`` as a JSON object, or None when it is not one (an HTML page, a list, garbage)."""
+    raw = body.strip()
+    if raw[:1] not in (b"{", "{"):
+        return None
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def maybe_json(value: Any) -> Any:
+    """A string that holds a JSON object or array, parsed; anything else unchanged."""
+    if isinstance(value, str) and value.strip()[:1] in ("{", "["):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return value
+    return value
+
+
+def tool_input(raw: Any) -> dict[str, Any]:
+    """A tool call's parameters as a dict (a JSON string is parsed; anything else is wrapped)."""
+    value = maybe_json(raw) if raw not in (None, "") else {}
+    return value if isinstance(value, dict) else {"input": value}
+
+
+def first_error(group: BaseExceptionGroup[Any]) -> BaseException:
+    """The first failure inside a (possibly nested) exception group, e.g. from a TaskGroup."""
+    first: BaseException = group.exceptions[0]
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first
+
+
+def cut_off(exc: BaseException) -> bool:
+    """A transport failure (connection dropped, read stalled) rather than an answer from the platform."""
+    if isinstance(exc, httpx.HTTPError):
+        return True
+    return isinstance(exc, RunnerError) and exc.code in ("upstream.unavailable", "upstream.timeout")
+
+
+async def read_json_answer(resp: httpx.Response, ctype: str, platform: str, hint: str) -> dict[str, Any]:
+    """A 2xx body that is not an event stream: the platform's one JSON answer, or an error naming
+    what came instead (an HTML page usually means the base URL points at the web UI; ``hint`` says
+    what the owner should check)."""
+    raw = await read_bounded(resp, MAX_JSON_BODY + 1, platform, strict=True)
+    html = raw.lstrip()[:1] == b"<" or "html" in ctype
+    if html or "json" not in ctype:
+        kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
+        raise RunnerError(
+            "upstream.protocol",
+            f"{platform} answered HTTP {resp.status_code} with {kind} instead of an event stream ({hint})",
+        )
+    if len(raw) > MAX_JSON_BODY:
+        raise RunnerError("upstream.protocol", f"{platform} response exceeds {MAX_JSON_BODY} bytes")
+    doc = json_object(raw)
+    if doc is None:
+        raise RunnerError("upstream.protocol", f"{platform} returned a body that is not a JSON object")
+    return doc
