@@ -80,6 +80,29 @@ def status_to_code(status: int) -> str:
     return "upstream.protocol"
 
 
+def platform_error(
+    platform: str, taxonomy: str, hint: str, status: int | None, code: str | None, message: str | None
+) -> RunnerError:
+    """One platform error as the owner reads it: ``<Platform> error HTTP <status> <code>: <message>
+    (<hint>)``; a generic ``upstream.error`` with a 5xx status is retryable ``upstream.unavailable``."""
+    code = (code or "").strip()
+    message = (message or "").strip()
+    parts = [f"{platform} error"]
+    if status:
+        parts.append(f"HTTP {status}")
+    if code:
+        parts.append(code)
+    text = " ".join(parts)
+    detail = message or hint
+    if detail:
+        text += f": {detail[:300]}"
+    if hint and message and hint not in message:
+        text += f" ({hint})"
+    if taxonomy == "upstream.error" and status is not None and status >= 500:
+        taxonomy = "upstream.unavailable"
+    return RunnerError(taxonomy, text, status=status)
+
+
 # --- redaction -------------------------------------------------------------------------------
 
 # (pattern, keep group 1 as a visible prefix)

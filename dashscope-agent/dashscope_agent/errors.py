@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from runner_kit.errors import RunnerError, status_to_code
+from runner_kit.errors import RunnerError, platform_error, status_to_code
 from runner_kit.wire import json_object
 
 from .const import PLATFORM
@@ -72,20 +72,7 @@ def map_error(status: int | None, code: str | None, message: str | None) -> Runn
     taxonomy, hint = found
     if taxonomy == "upstream.bad_request" and status == 404:
         taxonomy = "upstream.not_found"
-    if taxonomy == "upstream.error" and status is not None and status >= 500:
-        taxonomy = "upstream.unavailable"
-    parts = [f"{PLATFORM} error"]
-    if status:
-        parts.append(f"HTTP {status}")
-    if code:
-        parts.append(code)
-    text = " ".join(parts)
-    detail = message or hint
-    if detail:
-        text += f": {detail[:300]}"
-    if hint and message and hint not in message:
-        text += f" ({hint})"
-    return RunnerError(taxonomy, text, status=status)
+    return platform_error(PLATFORM, taxonomy, hint, status, code, message)
 
 
 def error_fields(doc: dict[str, Any]) -> tuple[str | None, str | None] | None:

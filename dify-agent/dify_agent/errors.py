@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from runner_kit.errors import RunnerError, status_to_code
+from runner_kit.errors import RunnerError, platform_error, status_to_code
 from runner_kit.wire import json_object
 
 from .const import PLATFORM
@@ -47,23 +47,8 @@ _NO_SUCH_ROUTE = "requested url was not found"
 
 def map_error(status: int | None, code: str | None, message: str | None) -> RunnerError:
     """One Dify error (pre-stream envelope or mid-stream ``error`` event) as a RunnerError."""
-    code = code or ""
-    message = (message or "").strip()
-    taxonomy, hint = _BY_CODE.get(code, (status_to_code(status) if status else "upstream.error", ""))
-    parts = [f"{PLATFORM} error"]
-    if status:
-        parts.append(f"HTTP {status}")
-    if code:
-        parts.append(code)
-    text = " ".join(parts)
-    detail = message or hint
-    if detail:
-        text += f": {detail[:300]}"
-    if hint and message and hint not in message:
-        text += f" ({hint})"
-    if taxonomy == "upstream.error" and status is not None and status >= 500:
-        taxonomy = "upstream.unavailable"
-    return RunnerError(taxonomy, text, status=status)
+    taxonomy, hint = _BY_CODE.get(code or "", (status_to_code(status) if status else "upstream.error", ""))
+    return platform_error(PLATFORM, taxonomy, hint, status, code, message)
 
 
 def error_fields(doc: dict[str, Any]) -> tuple[int | None, str | None, str | None] | None:
