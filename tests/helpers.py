@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from runners_cli.host import Identity, LocalHost
@@ -76,6 +78,18 @@ def deltas(results: list[Any]) -> list[str]:
 
 def dump(results: list[Any]) -> str:
     return json.dumps([r.model_dump(mode="json") for r in results], ensure_ascii=False)
+
+
+def shared_dir() -> Path:
+    """The project's shared material (docs, real-peer fixtures): ``$RUNNERS_SHARED_DIR``, or the
+    ``shared/`` folder beside the repository (where CI and developers have it)."""
+    given = os.environ.get("RUNNERS_SHARED_DIR")
+    return Path(given) if given else Path(__file__).resolve().parents[1].parent / "shared"
+
+
+def real_peer_fixtures(name: str) -> Path:
+    """``fixtures/real-peers/<name>`` of the shared material."""
+    return shared_dir() / "fixtures" / "real-peers" / name
 
 
 def stored_key(base: str, identity: Identity | None = None, source: str = "actor") -> str:

@@ -329,3 +329,14 @@ def test_violation_finder_catches_the_patterns(tmp_path: Path) -> None:
         "async def f():\n    await asyncio.create_subprocess_exec('x')\n    httpx.AsyncClient()\n"
     )
     assert len(_violations(probe)) == 3, _violations(probe)
+
+
+def test_every_plugin_is_in_the_contract_suite() -> None:
+    from pathlib import Path
+
+    from runners_cli.plugins import discover
+    from tests.contract.cases import CASES, PLUGIN_CASE_MODULES
+
+    modules = {p.stem for p in (Path(__file__).parent / "contract").glob("case_*.py")}
+    assert modules == set(PLUGIN_CASE_MODULES.values()), "list each case module in PLUGIN_CASE_MODULES"
+    assert {c.plugin for c in CASES} == {p.dirname for p in discover()}

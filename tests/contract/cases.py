@@ -148,16 +148,24 @@ def _dify_cases() -> list[PluginCase]:
     ]
 
 
+# plugin directory -> its case module (tests/contract/case_<package>.py, a ``cases()`` function)
+PLUGIN_CASE_MODULES: dict[str, str] = {
+    "coze-agent": "case_coze_agent",
+    "dashscope-agent": "case_dashscope_agent",
+    "langflow-agent": "case_langflow_agent",
+    "n8n-agent": "case_n8n_agent",
+}
+
+
 def _plugin_modules() -> list[PluginCase]:
-    """Every other plugin's cases, from ``tests/contract/case_<package>.py`` (a ``cases()`` function
-    returning its PluginCases), so plugins written side by side never edit the same file."""
+    """Every other plugin's cases, each in its own module so plugins never edit one shared block."""
     import importlib
-    from pathlib import Path
 
     found: list[PluginCase] = []
-    for path in sorted(Path(__file__).parent.glob("case_*.py")):
-        module = importlib.import_module(f"tests.contract.{path.stem}")
-        found.extend(module.cases())
+    for plugin, module in PLUGIN_CASE_MODULES.items():
+        cases = importlib.import_module(f"tests.contract.{module}").cases()
+        assert all(c.plugin == plugin for c in cases), (plugin, [c.plugin for c in cases])
+        found.extend(cases)
     return found
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.fakes.langflow import FAULTS, FakeLangflow, split_transcript
+from tests.helpers import real_peer_fixtures
 
 KEY = "sk-langflow-test-key"
-REAL = Path("/work/shared/fixtures/real-peers/langflow")
+REAL = real_peer_fixtures("langflow")  # $RUNNERS_SHARED_DIR or ../shared beside the repository
 BODY = {"input_value": "hi", "input_type": "chat", "output_type": "chat", "session_id": "s-1"}
 
 

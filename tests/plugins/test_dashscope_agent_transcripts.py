@@ -2,7 +2,7 @@
 
 The transcripts (transcripts/dashscope/*.sse) keep DashScope's framing exactly: ``id:``, ``event:``,
 the ``:HTTP_STATUS/<code>`` comment line, ``data:`` without a space, ``finish_reason`` as the string
-``"null"``. There is no recorded real DashScope session in /work/shared/fixtures/real-peers/ (SaaS
+``"null"``. There is no recorded real DashScope session in ../shared/fixtures/real-peers/ (SaaS
 only); these follow platforms.md §4 and the dashscope SDK's response model. Request shapes are
 asserted in test_dashscope_agent.py, because a replay cannot notice a dropped request field.
 """

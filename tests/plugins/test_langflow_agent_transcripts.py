@@ -16,10 +16,20 @@ from runner_kit.http import close_shared_client
 from runners_cli.host import LocalHost
 from tests.fakes.http_server import FakeHTTPServer
 from tests.fakes.langflow import split_transcript
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import (
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    real_peer_fixtures,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
 
 HERE = Path(__file__).parent / "transcripts" / "langflow"
-REAL = Path("/work/shared/fixtures/real-peers/langflow")
+REAL = real_peer_fixtures("langflow")  # $RUNNERS_SHARED_DIR or ../shared beside the repository
 FLOW = "54136e28-10ad-4da5-af34-dfbac388ccbf"
 DELAY = "x-replay-event-delay"  # a transcript header the replay obeys and does not send
 
