@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.fakes.langflow import FAULTS, FakeLangflow, split_transcript
-from tests.helpers import real_peer_fixtures
 
 KEY = "sk-langflow-test-key"
-REAL = real_peer_fixtures("langflow")  # $RUNNERS_SHARED_DIR or ../shared beside the repository
+# unchanged copies of the shared real-peer captures (fixtures/real-peers/langflow)
+REAL = Path(__file__).resolve().parents[1] / "plugins" / "transcripts" / "langflow" / "real"
 BODY = {"input_value": "hi", "input_type": "chat", "output_type": "chat", "session_id": "s-1"}
 
 

@@ -21,7 +21,6 @@ from tests.helpers import (
     failure,
     final_text,
     make_runner,
-    real_peer_fixtures,
     rtype,
     run,
     state_updates,
@@ -29,7 +28,8 @@ from tests.helpers import (
 )
 
 HERE = Path(__file__).parent / "transcripts" / "langflow"
-REAL = real_peer_fixtures("langflow")  # $RUNNERS_SHARED_DIR or ../shared beside the repository
+# unchanged copies of the shared real-peer captures (fixtures/real-peers/langflow)
+REAL = Path(__file__).resolve().parents[1] / "plugins" / "transcripts" / "langflow" / "real"
 FLOW = "54136e28-10ad-4da5-af34-dfbac388ccbf"
 DELAY = "x-replay-event-delay"  # a transcript header the replay obeys and does not send
 
