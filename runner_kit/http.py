@@ -67,6 +67,40 @@ def timeout_for(budget: float, connect: float = 10.0) -> httpx.Timeout:
 ErrorParser = Callable[[int, bytes, str], RunnerError]
 
 
+def base_url(
+    raw: object,
+    key: str,
+    *,
+    default: str = "",
+    suffixes: tuple[str, ...] = (),
+    add: str = "",
+    example: str = "",
+) -> str:
+    """One base URL from what an owner pastes or a migration carries.
+
+    Blanks, a query or fragment and trailing slashes are dropped; then any of ``suffixes`` (API
+    prefixes an owner may paste, matched case-insensitively, repeatedly) is cut off and ``add`` is
+    appended, so ``http://h:8080``, ``http://h:8080/`` and ``http://h:8080/api/v1/`` all give
+    ``http://h:8080/api/v1`` with ``suffixes=("/api/v1",), add="/api/v1"``. Anything but a plain
+    http(s) address is ``config.invalid`` naming ``key`` (and ``example`` when given).
+    """
+    text = str(raw if raw is not None else "").strip() or default
+    parts = urlsplit(text)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(c.isspace() for c in text):
+        shown = f" such as {example}" if example else ""
+        raise RunnerError("config.invalid", f"config key {key!r} must be an http(s) address{shown}")
+    path = parts.path.rstrip("/")
+    cut = True
+    while cut:
+        cut = False
+        for suffix in suffixes:
+            suffix = suffix.rstrip("/")
+            if suffix and path.lower().endswith(suffix.lower()):
+                path = path[: -len(suffix)].rstrip("/")
+                cut = True
+    return urlunsplit((parts.scheme.lower(), parts.netloc, path + add, "", ""))
+
+
 def default_error(status: int, body: bytes, content_type: str, platform: str = "upstream") -> RunnerError:
     """Map a non-2xx response using a generic {code, message} / {error: {...}} envelope."""
     code = status_to_code(status)
