@@ -103,6 +103,21 @@ def platform_error(
     return RunnerError(taxonomy, text, status=status)
 
 
+def looks_html(body: bytes, content_type: str) -> bool:
+    """A body that is a web page (a proxy's error page, a web UI), not the platform's API."""
+    return body.lstrip()[:1] == b"<" or "html" in (content_type or "").lower()
+
+
+def html_hint(status: int, platform: str, base_hint: str, what: str = "API") -> str:
+    """What an HTML page with ``status`` most likely means, for the bot owner: a proxy's error page
+    (the platform is down or slow), or a base URL that points at something else."""
+    if status in (502, 503, 504):
+        return f"a proxy in front of {platform} returned an HTML error page: {platform} may be down, restarting or too slow"
+    if status in (404, 405):
+        return f"the server returned an HTML page, not the {platform} {what} ({base_hint})"
+    return "the server returned an HTML error page"
+
+
 # --- redaction -------------------------------------------------------------------------------
 
 # (pattern, keep group 1 as a visible prefix)

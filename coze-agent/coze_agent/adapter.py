@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from runner_kit import errors
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
@@ -262,7 +263,7 @@ class CozeAdapter(Adapter):
                 "upstream.protocol",
                 f"{self.platform} answered with a JSON document instead of an event stream ({BASE_URL_HINT})",
             )
-        html = raw.lstrip()[:1] == b"<" or "html" in ctype
+        html = errors.looks_html(raw, ctype)
         kind = "an HTML page" if html else f"a {ctype.split(';', 1)[0].strip()} body"
         raise RunnerError(
             "upstream.protocol",

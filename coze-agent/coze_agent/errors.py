@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runner_kit import errors
 from runner_kit.errors import RunnerError, status_to_code
 from runner_kit.wire import json_object
 
@@ -132,7 +133,7 @@ def parse_http_error(status: int, body: bytes, content_type: str) -> RunnerError
             if status == 404 and _int(doc.get("code")) is None:
                 return RunnerError(err.code, f"{err.message} ({BASE_URL_HINT})", status=status)
             return err
-    if body.lstrip()[:1] == b"<" or "html" in content_type.lower():
+    if errors.looks_html(body, content_type):
         return map_error(status, None, html_hint(status))
     if status == 404:
         return map_error(status, None, f"no such API route ({BASE_URL_HINT})")
@@ -140,12 +141,7 @@ def parse_http_error(status: int, body: bytes, content_type: str) -> RunnerError
 
 
 def html_hint(status: int) -> str:
-    """What an HTML page with this status most likely means, for the bot owner."""
-    if status in (502, 503, 504):
-        return "a proxy in front of Coze returned an HTML error page: Coze may be down or too slow to answer"
-    if status in (404, 405):
-        return f"the server returned an HTML page, not the Coze API ({BASE_URL_HINT})"
-    return "the server returned an HTML error page"
+    return errors.html_hint(status, "Coze", BASE_URL_HINT)
 
 
 def _int(value: Any) -> int | None:

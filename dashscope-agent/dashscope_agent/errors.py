@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from runner_kit import errors
 from runner_kit.errors import RunnerError, platform_error, status_to_code
 from runner_kit.wire import json_object
 
@@ -117,7 +118,7 @@ def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:
         fields = error_fields(doc)
         if fields is not None:
             code, message = fields
-    elif body.lstrip()[:1] == b"<" or "html" in content_type.lower():
+    elif errors.looks_html(body, content_type):
         message = html_hint(status)
     if status == 404 and code is None:
         message = f"{message or 'no such address'} ({BASE_URL_HINT})"
@@ -125,9 +126,4 @@ def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:
 
 
 def html_hint(status: int) -> str:
-    """What an HTML page with this status most likely means, for the bot owner."""
-    if status in (502, 503, 504):
-        return "a proxy in front of DashScope returned an HTML error page: DashScope may be unreachable or too slow"
-    if status in (404, 405):
-        return f"the server returned an HTML page, not the DashScope API ({BASE_URL_HINT})"
-    return "the server returned an HTML error page"
+    return errors.html_hint(status, "DashScope", BASE_URL_HINT)

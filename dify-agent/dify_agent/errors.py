@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runner_kit import errors
 from runner_kit.errors import RunnerError, platform_error, status_to_code
 from runner_kit.wire import json_object
 
@@ -104,18 +105,13 @@ def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:
             _, code, message = fields
         if status == 404 and message and _NO_SUCH_ROUTE in message.lower():
             message = f"{message} ({BASE_URL_HINT})"
-    elif body.lstrip()[:1] == b"<" or "html" in content_type.lower():
+    elif errors.looks_html(body, content_type):
         message = html_hint(status)
     return map_error(status, code, message)
 
 
 def html_hint(status: int) -> str:
-    """What an HTML page with this status most likely means, for the bot owner."""
-    if status in (502, 503, 504):
-        return "a proxy in front of Dify returned an HTML error page: Dify may be down, restarting or too slow to answer"
-    if status in (404, 405):
-        return f"the server returned an HTML page, not the Dify API ({BASE_URL_HINT})"
-    return "the server returned an HTML error page"
+    return errors.html_hint(status, "Dify", BASE_URL_HINT)
 
 
 def _as_text(value: Any) -> str:

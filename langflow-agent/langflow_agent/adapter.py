@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 import httpx
 
+from runner_kit import errors
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json
@@ -219,7 +220,7 @@ class LangflowAdapter(Adapter):
             raise RunnerError("upstream.protocol", f"{self.platform} response exceeds {MAX_JSON_BODY} bytes")
         doc = json_doc(raw) if raw.strip()[:1] == b"{" else None
         if not isinstance(doc, dict):
-            kind = "an HTML page" if raw.lstrip()[:1] == b"<" or "html" in ctype else "a body that is not JSON"
+            kind = "an HTML page" if errors.looks_html(raw, ctype) else "a body that is not JSON"
             if not raw.strip():
                 raise RunnerError("upstream.empty_response", f"{self.platform} answered with an empty body")
             raise RunnerError("upstream.protocol",

@@ -13,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from runner_kit import errors
 from runner_kit.errors import RunnerError, status_to_code
 
 from .const import PLATFORM
@@ -65,7 +66,7 @@ def flow_failed(message: str, component: str | None = None) -> RunnerError:
 def parse_envelope(status: int, body: bytes, content_type: str, flow: str) -> RunnerError:
     """A non-2xx response before any stream."""
     doc = json_doc(body) if body.strip()[:1] in (b"{", b"[") else None
-    html = doc is None and (body.lstrip()[:1] == b"<" or "html" in content_type.lower())
+    html = doc is None and errors.looks_html(body, content_type)
     detail = ""
     if isinstance(doc, dict):
         if "detail" in doc:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from runner_kit import errors
 from runner_kit.errors import RunnerError, status_to_code
 
 from . import const
@@ -52,7 +53,7 @@ def parse_error(status: int, body: bytes, content_type: str) -> RunnerError:
         if isinstance(doc.get("error"), dict):
             message = str(doc["error"].get("message") or "").strip()
         hint = str(doc.get("hint") or "").strip()  # the stacktrace is left out: server paths, noise
-    elif body.lstrip()[:1] == b"<" or "html" in ctype:
+    elif errors.looks_html(body, ctype):
         return _html(status)
     else:
         message = _text(body)
@@ -104,10 +105,5 @@ def workflow_failed(node: str, detail: str) -> RunnerError:
 
 
 def _html(status: int) -> RunnerError:
-    if status in (502, 503, 504):
-        why = f"a proxy in front of {P} returned an HTML error page: {P} may be down, restarting or too slow"
-    elif status in (404, 405):
-        why = f"the server returned an HTML page, not an {P} webhook ({const.URL_HINT})"
-    else:
-        why = "the server returned an HTML error page"
+    why = errors.html_hint(status, P, const.URL_HINT, what="webhook")
     return RunnerError(status_to_code(status), f"{P} returned HTTP {status}: {why}", status=status)

@@ -28,12 +28,12 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
-from .http_server import FakeHTTPServer, Request, Response
+from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = ["FAULTS", "Chat", "Conversation", "FakeCoze", "UploadedFile"]
 
@@ -49,20 +49,7 @@ _FAULT_ERRORS: dict[int, tuple[int, str]] = {
     502: (5000, "Bad Gateway"),
     503: (5000, "Service Unavailable"),
 }
-_STREAM_FAULTS = (
-    "invalid_json",
-    "truncated",
-    "error_event",
-    "empty",
-    "non_utf8",
-    "oversized",
-    "stall",
-    "stall_pings",  # after the first token only empty deltas keep coming (as between reasoning pieces)
-    "stall_before_headers",
-)
-FAULTS: tuple[str, ...] = (
-    tuple(f"http_{s}" for s in _FAULT_ERRORS) + tuple(f"html_{s}" for s in _FAULT_ERRORS) + _STREAM_FAULTS
-)
+FAULTS: tuple[str, ...] = fault_names(_FAULT_ERRORS, extra=("stall_pings",))
 _ERROR_EVENT = {"code": 5000, "msg": "We're currently experiencing server issues. Please try again later."}
 _PART_TYPES = {"text", "image", "file", "audio"}
 MiB = 1024 * 1024
@@ -128,7 +115,10 @@ def _id() -> str:
     return str(uuid.uuid4().int)[:19]  # Coze ids are 19-digit numbers sent as strings
 
 
-class FakeCoze(FakeHTTPServer):
+class FakeCoze(PlatformFake):
+    FAULTS = FAULTS
+    proxy_name = "openresty"
+
     """Coze Open API fake: ``with FakeCoze() as srv: config api-base = srv.base_url``."""
 
     server_name = "volc-dcdn"
@@ -157,7 +147,6 @@ class FakeCoze(FakeHTTPServer):
         self.trailing_blank_line = True
         self.split_writes = False
         # -- faults --
-        self._fault: str | None = None
         self.stall_seconds = 3600.0
         self.stall_ping_every = 0.25
         self.oversized_bytes = 9 * MiB
@@ -180,16 +169,6 @@ class FakeCoze(FakeHTTPServer):
         self.add_route("GET", "/v1/files/retrieve", self._file_retrieve)
 
     # -- public helpers ----------------------------------------------------------------------
-
-    @property
-    def fault(self) -> str | None:
-        return self._fault
-
-    @fault.setter
-    def fault(self, value: str | None) -> None:
-        if value is not None and value not in FAULTS:
-            raise ValueError(f"unknown fault {value!r}; known: {', '.join(FAULTS)}")
-        self._fault = value
 
     def forget_conversations(self) -> None:
         """Delete every conversation (old ids now get code 4002)."""
@@ -242,24 +221,12 @@ class FakeCoze(FakeHTTPServer):
             business_error=dict(self.business_error) if self.business_error else None,
         )
 
+    async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
+        code, msg = _FAULT_ERRORS[status]
+        await self._envelope(resp, code, msg, status)
+
     async def _pre_fault(self, s: SimpleNamespace, resp: Response) -> bool:
-        kind, _, num = (s.fault or "").partition("_")
-        if kind in ("http", "html") and num.isdigit():
-            status = int(num)
-            if kind == "http":
-                code, msg = _FAULT_ERRORS[status]
-                await self._envelope(resp, code, msg, status)
-            else:
-                phrase = HTTPStatus(status).phrase
-                html = (f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n<center><h1>"
-                        f"{status} {phrase}</h1></center>\r\n<hr><center>openresty</center>\r\n</body>\r\n</html>\r\n")
-                await resp.text(status, html, "text/html")
-            return True
-        if s.fault == "stall_before_headers":
-            await resp.stall(s.stall_seconds)
-            await resp.abort()
-            return True
-        return False
+        return await self.head_fault(resp, s.fault, stall_seconds=s.stall_seconds)
 
     def _parts(self, msg: dict[str, Any]) -> list[dict[str, Any]]:
         ctype = msg.get("content_type") or "text"

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from .http_server import FakeHTTPServer, Request, Response
+from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = ["FAULTS", "MODES", "Call", "FakeDashScope", "Session"]
 
@@ -56,20 +56,7 @@ _FAULT_ERRORS: dict[int, tuple[str, str]] = {
     502: ("BadGateway", "Bad gateway."),
     503: ("ServiceUnavailable", "Service temporarily unavailable, please try again later."),
 }
-_STREAM_FAULTS = (
-    "invalid_json",
-    "truncated",
-    "error_event",
-    "empty",
-    "non_utf8",
-    "oversized",
-    "stall",
-    "stall_pings",  # like stall, but empty-text progress chunks keep coming
-    "stall_before_headers",
-)
-FAULTS: tuple[str, ...] = (
-    tuple(f"http_{s}" for s in _FAULT_ERRORS) + tuple(f"html_{s}" for s in _FAULT_ERRORS) + _STREAM_FAULTS
-)
+FAULTS: tuple[str, ...] = fault_names(_FAULT_ERRORS, extra=("stall_pings",))
 _ERROR_EVENT = (500, "InternalError", "An internal error has occured, please try again later.")
 
 
@@ -99,7 +86,10 @@ class _Aborted(Exception):
     """The client went away or a fault closed the connection."""
 
 
-class FakeDashScope(FakeHTTPServer):
+class FakeDashScope(PlatformFake):
+    FAULTS = FAULTS
+    proxy_name = "istio-envoy"
+
     """``with FakeDashScope() as srv: base_url = srv.base_url`` (``…/api/v1``)."""
 
     server_name = "istio-envoy"
@@ -124,7 +114,6 @@ class FakeDashScope(FakeHTTPServer):
         self.split_writes = False
         self.workflow_nodes: list[str] = ["End"]  # message_format: nodes whose messages stream
         # -- faults --
-        self._fault: str | None = None
         self.fault_queue: list[str | None] = []
         self.stall_seconds = 3600.0
         self.stall_ping_every = 0.25
@@ -140,16 +129,6 @@ class FakeDashScope(FakeHTTPServer):
     @property
     def base_url(self) -> str:
         return self.root_url + "/api/v1"
-
-    @property
-    def fault(self) -> str | None:
-        return self._fault
-
-    @fault.setter
-    def fault(self, value: str | None) -> None:
-        if value is not None and value not in FAULTS:
-            raise ValueError(f"unknown fault {value!r}; known: {', '.join(FAULTS)}")
-        self._fault = value
 
     def clear_requests(self) -> None:
         super().clear_requests()
@@ -254,24 +233,12 @@ class FakeDashScope(FakeHTTPServer):
         return new
 
     async def _pre_fault(self, s: SimpleNamespace, resp: Response, request_id: str) -> bool:
-        fault = s.fault
-        if fault is None:
-            return False
-        kind, _, num = fault.partition("_")
-        if kind in ("http", "html") and num.isdigit():
-            status = int(num)
-            if kind == "http":
-                code, msg = _FAULT_ERRORS[status]
-                await resp.json(status, {"code": code, "message": msg, "request_id": request_id})
-            else:
-                await resp.text(status, f"<html><head><title>{status}</title></head><body><h1>{status}</h1>"
-                                "<hr>istio-envoy</body></html>", "text/html")
+        kind, _, num = (s.fault or "").partition("_")
+        if kind == "http" and num.isdigit():  # DashScope's envelope names the request
+            code, msg = _FAULT_ERRORS[int(num)]
+            await resp.json(int(num), {"code": code, "message": msg, "request_id": request_id})
             return True
-        if fault == "stall_before_headers":
-            await resp.stall(self.stall_seconds)
-            await resp.abort()
-            return True
-        return False
+        return await self.head_fault(resp, s.fault)
 
     # -- answers -----------------------------------------------------------------------------
 

@@ -28,13 +28,13 @@ import base64
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
-from .http_server import FakeHTTPServer, Request, Response
+from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = [
     "FAULTS",
@@ -72,21 +72,8 @@ _FAULT_ERRORS: dict[int, tuple[str, str]] = {
     503: ("service_unavailable", "Service Unavailable"),
     504: ("gateway_timeout", "Gateway Timeout"),
 }
-_STREAM_FAULTS = (
-    "invalid_json",
-    "truncated",
-    "error_event",
-    "empty",
-    "non_utf8",
-    "oversized",
-    "stall",
-    "stall_pings",  # like stall, but keep-alive pings keep coming
-    "stall_before_headers",
-)
-#: every accepted value of ``srv.fault``
-FAULTS: tuple[str, ...] = (
-    tuple(f"http_{s}" for s in _FAULT_ERRORS) + tuple(f"html_{s}" for s in _FAULT_ERRORS) + _STREAM_FAULTS
-)
+#: every accepted value of ``srv.fault`` (``stall_pings``: like stall, but keep-alive pings keep coming)
+FAULTS: tuple[str, ...] = fault_names(_FAULT_ERRORS, extra=("stall_pings",))
 
 _ERROR_EVENT_PRESET = {
     "status": 500,
@@ -232,7 +219,9 @@ def _price(tokens: int, unit_price: str, price_unit: str) -> str:
     return str((Decimal(tokens) * Decimal(unit_price) * Decimal(price_unit)).quantize(Decimal("0.0000001")))
 
 
-class FakeDify(FakeHTTPServer):
+class FakeDify(PlatformFake):
+    FAULTS = FAULTS
+
     """Dify Service API fake: ``with FakeDify() as srv: client(base_url=srv.base_url)``."""
 
     server_name = "nginx"
@@ -262,7 +251,6 @@ class FakeDify(FakeHTTPServer):
         self.include_usage = True  # False: no metadata.usage / total_tokens (usage unknown)
         self.user_input_form: list[dict[str, Any]] = []
         # -- faults --
-        self._fault: str | None = None
         self.fault_queue: list[str | None] = []  # consumed one per request before ``fault``
         self.stall_seconds = 3600.0
         self.stall_ping_every = 0.25  # seconds between keep-alives under the stall_pings fault
@@ -299,17 +287,6 @@ class FakeDify(FakeHTTPServer):
     def base_url(self) -> str:
         """``http://127.0.0.1:PORT/v1``."""
         return self.root_url + "/v1"
-
-    @property
-    def fault(self) -> str | None:
-        """Sticky fault applied to every /chat-messages and /workflows/run request (see FAULTS)."""
-        return self._fault
-
-    @fault.setter
-    def fault(self, value: str | None) -> None:
-        if value is not None and value not in FAULTS:
-            raise ValueError(f"unknown fault {value!r}; known: {', '.join(FAULTS)}")
-        self._fault = value
 
     def forget_conversations(self) -> None:
         """Delete every conversation (simulates deletion upstream: old ids now 404)."""
@@ -721,31 +698,14 @@ class FakeDify(FakeHTTPServer):
 
     # -- faults before any response ----------------------------------------------------------
 
+    async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
+        code, msg = _FAULT_ERRORS[status]
+        await resp.json(status, {"code": code, "message": msg, "status": status}, headers)
+
     async def _pre_fault(self, s: SimpleNamespace, resp: Response) -> bool:
-        fault = s.fault
-        if fault is None:
-            return False
-        kind, _, num = fault.partition("_")
-        if kind in ("http", "html") and num.isdigit():
-            status = int(num)
-            headers = {"Retry-After": self.retry_after} if self.retry_after and status in (429, 503) else None
-            if kind == "http":
-                code, msg = _FAULT_ERRORS[status]
-                await resp.json(status, {"code": code, "message": msg, "status": status}, headers)
-            else:
-                phrase = _html_phrase(status)
-                html = (
-                    f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n"
-                    f"<center><h1>{status} {phrase}</h1></center>\r\n<hr><center>nginx</center>\r\n"
-                    "</body>\r\n</html>\r\n"
-                )
-                await resp.text(status, html, "text/html", headers)
-            return True
-        if fault == "stall_before_headers":
-            await resp.stall(s.stall_seconds)
-            await resp.abort()
-            return True
-        return False
+        status = (s.fault or "").partition("_")[2]
+        headers = {"Retry-After": self.retry_after} if self.retry_after and status in ("429", "503") else None
+        return await self.head_fault(resp, s.fault, headers=headers, stall_seconds=s.stall_seconds)
 
     # -- streaming ---------------------------------------------------------------------------
 
@@ -1234,10 +1194,3 @@ def _error_from(err: dict[str, Any]) -> _DifyError:
     return _DifyError(
         err.get("status", 500), err.get("code", "internal_server_error"), err.get("message", "")
     )
-
-
-def _html_phrase(status: int) -> str:
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return "Error"

@@ -33,18 +33,23 @@ import traceback
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 from urllib.parse import parse_qs, unquote, urlsplit
 
 __all__ = [
     "BlackholeServer",
+    "FAULT_STATUSES",
+    "STREAM_FAULTS",
     "FakeHTTPServer",
     "Form",
     "FormPart",
     "Headers",
     "Request",
     "Response",
+    "PlatformFake",
     "closed_port",
+    "fault_names",
+    "html_error_page",
     "split_payload",
 ]
 
@@ -973,3 +978,97 @@ class BlackholeServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+# -- the fault names every platform fake answers (the fault matrix sets them) ---------------------
+
+#: statuses of the ``http_<status>`` (the platform's own error body) and ``html_<status>`` (a proxy's
+#: HTML page) faults
+FAULT_STATUSES: tuple[int, ...] = (400, 401, 403, 404, 413, 429, 500, 502, 503)
+#: faults inside or instead of a stream
+STREAM_FAULTS: tuple[str, ...] = (
+    "invalid_json",
+    "truncated",
+    "error_event",
+    "empty",
+    "non_utf8",
+    "oversized",
+    "stall",
+    "stall_before_headers",
+)
+
+
+def fault_names(statuses: Iterable[int] = FAULT_STATUSES, extra: Iterable[str] = ()) -> tuple[str, ...]:
+    """``http_<s>`` and ``html_<s>`` for ``statuses``, the stream faults, then ``extra``."""
+    statuses = tuple(statuses)
+    return (tuple(f"http_{s}" for s in statuses) + tuple(f"html_{s}" for s in statuses) + STREAM_FAULTS
+            + tuple(extra))
+
+
+def html_error_page(status: int, server: str = "nginx") -> str:
+    """The error page a reverse proxy (nginx, openresty, envoy, ...) puts in front of a platform."""
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    return (f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n<center><h1>{status} "
+            f"{phrase}</h1></center>\r\n<hr><center>{server}</center>\r\n</body>\r\n</html>\r\n")
+
+
+class PlatformFake(FakeHTTPServer):
+    """A platform fake with a sticky ``fault`` (validated against ``FAULTS``) and the faults that
+    come before any answer served the same way everywhere: ``http_<status>`` through the
+    platform's own error body (``error_body``), ``html_<status>`` as a proxy's page,
+    ``stall_before_headers`` as silence and a close."""
+
+    FAULTS: ClassVar[tuple[str, ...]] = fault_names()
+    #: who writes the ``html_<status>`` pages in front of this platform
+    proxy_name = "nginx"
+    #: how long ``stall`` faults send nothing
+    stall_seconds = 30.0
+
+    def __init__(self, port: int = 0) -> None:
+        super().__init__(port)
+        self._fault: str | None = None
+
+    @property
+    def fault(self) -> str | None:
+        """Sticky fault applied to every answering request (see ``FAULTS``)."""
+        return self._fault
+
+    @fault.setter
+    def fault(self, value: str | None) -> None:
+        if value is not None and value not in self.FAULTS:
+            raise ValueError(f"unknown fault {value!r}; known: {', '.join(self.FAULTS)}")
+        self._fault = value
+
+    async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
+        """Answer ``status`` with the platform's own error body (each fake says how)."""
+        await resp.json(status, {"error": HTTPStatus(status).phrase}, headers)
+
+    async def head_fault(
+        self,
+        resp: Response,
+        fault: str | None,
+        *,
+        headers: Mapping[str, str] | None = None,
+        stall_seconds: float | None = None,
+        close_after_stall: bool = True,
+    ) -> bool:
+        """Serve a fault that replaces the whole answer; True when one was served."""
+        if fault is None:
+            return False
+        kind, _, num = fault.partition("_")
+        if kind in ("http", "html") and num.isdigit():
+            status = int(num)
+            if kind == "http":
+                await self.error_body(resp, status, headers)
+            else:
+                await resp.text(status, html_error_page(status, self.proxy_name), "text/html", headers)
+            return True
+        if fault == "stall_before_headers":
+            await resp.stall(self.stall_seconds if stall_seconds is None else stall_seconds)
+            if close_after_stall:
+                await resp.abort()
+            return True
+        return False

@@ -25,12 +25,12 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
-from .http_server import FakeHTTPServer, Request, Response
+from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = ["FAULTS", "FakeLangflow", "Flow", "Run"]
 
@@ -51,12 +51,7 @@ _FAULT_BODIES: dict[int, tuple[str, Any]] = {
     502: ("application/json", {"detail": "Bad Gateway"}),
     503: ("application/json", {"detail": "Service Unavailable"}),
 }
-_STREAM_FAULTS = (
-    "invalid_json", "truncated", "error_event", "empty", "non_utf8", "oversized", "stall", "stall_before_headers",
-)
-FAULTS: tuple[str, ...] = (
-    tuple(f"http_{s}" for s in _FAULT_BODIES) + tuple(f"html_{s}" for s in _FAULT_BODIES) + _STREAM_FAULTS
-)
+FAULTS: tuple[str, ...] = fault_names(_FAULT_BODIES)
 MODES = ("llm", "plain")
 
 
@@ -97,7 +92,10 @@ def _ts() -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()) + f".{int(time.time() * 1e6) % 1000000:06d} UTC"
 
 
-class FakeLangflow(FakeHTTPServer):
+class FakeLangflow(PlatformFake):
+    FAULTS = FAULTS
+    proxy_name = "nginx"
+
     """Langflow fake: ``with FakeLangflow() as srv: config(base_url=srv.base_url, flow_id=srv.flow_id)``."""
 
     server_name = "uvicorn"
@@ -119,9 +117,9 @@ class FakeLangflow(FakeHTTPServer):
         self.fail_text = "fake upstream failure"
         self.echo_memory = False  # answer with what the session remembers (proves memory is kept)
         self.keep_uploads = True  # False: uploads are answered, then lost (runs naming them fail)
-        self._fault: str | None = None
         self.fault_queue: list[str | None] = []
         self.stall_seconds = 3600.0
+        self._fault_flow = ""  # the flow named in the http_404 fault body
         self.oversized_bytes = 9 * MiB
         # -- recorded state --
         self.runs: list[Run] = []
@@ -135,17 +133,6 @@ class FakeLangflow(FakeHTTPServer):
         self.add_route("GET", "/health", self._health)
 
     # -- public helpers ----------------------------------------------------------------------
-
-    @property
-    def fault(self) -> str | None:
-        """Sticky fault applied to every /run request (see FAULTS)."""
-        return self._fault
-
-    @fault.setter
-    def fault(self, value: str | None) -> None:
-        if value is not None and value not in FAULTS:
-            raise ValueError(f"unknown fault {value!r}; known: {', '.join(FAULTS)}")
-        self._fault = value
 
     def forget_conversations(self) -> None:
         """Drop every session's memory. Langflow reports nothing: the next run just starts empty."""
@@ -242,13 +229,8 @@ class FakeLangflow(FakeHTTPServer):
             return
         ident = req.path_params["flow"]
         flow = self._flow(ident)
-        kind, _, num = (s.fault or "").partition("_")
-        if kind in ("http", "html") and num.isdigit():
-            await self._http_fault(resp, int(num), ident, html=kind == "html")
-            return
-        if s.fault == "stall_before_headers":
-            await resp.stall(self.stall_seconds)
-            await resp.abort()
+        self._fault_flow = ident
+        if await self.head_fault(resp, s.fault):
             return
         if flow is None:
             await self._detail(resp, 404, f"Flow identifier {ident} not found")
@@ -306,19 +288,12 @@ class FakeLangflow(FakeHTTPServer):
         if ctx.completed:
             self.sessions[session].append(("Machine", answer))
 
-    async def _http_fault(self, resp: Response, status: int, flow: str, *, html: bool) -> None:
-        if html:
-            phrase = HTTPStatus(status).phrase
-            html = (f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n<center><h1>{status} "
-                    f"{phrase}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
-            await resp.text(status, html, "text/html")
-            return
+    async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
         ctype, doc = _FAULT_BODIES[status]
         if isinstance(doc, str):
-            await resp.text(status, doc, ctype)
+            await resp.text(status, doc, ctype, headers)
             return
-        detail = str(doc["detail"]).replace("{flow}", flow)
-        await self._detail(resp, status, detail)
+        await self._detail(resp, status, str(doc["detail"]).replace("{flow}", self._fault_flow))
 
     # -- stream ------------------------------------------------------------------------------
 

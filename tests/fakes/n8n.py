@@ -50,12 +50,12 @@ import hashlib
 import hmac
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from http import HTTPStatus
 from types import SimpleNamespace
 from typing import Any
 
-from .http_server import FakeHTTPServer, Request, Response
+from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = ["FAULTS", "MODES", "FakeN8n", "Turn"]
 
@@ -74,20 +74,7 @@ _STATUS_BODIES: dict[int, tuple[str, Any]] = {
     502: ("json", {"code": 502, "message": "Bad Gateway"}),
     503: ("json", {"code": 503, "message": "Service Unavailable"}),
 }
-_STREAM_FAULTS = (
-    "invalid_json",
-    "truncated",
-    "error_event",
-    "empty",
-    "non_utf8",
-    "oversized",
-    "stall",
-    "stall_pings",
-    "stall_before_headers",
-)
-FAULTS: tuple[str, ...] = (
-    tuple(f"http_{s}" for s in _STATUS_BODIES) + tuple(f"html_{s}" for s in _STATUS_BODIES) + _STREAM_FAULTS
-)
+FAULTS: tuple[str, ...] = fault_names(_STATUS_BODIES, extra=("stall_pings",))
 _HINT = (
     "The workflow must be active for a production URL to run successfully. You can activate the workflow using "
     "the toggle in the top-right of the editor. Note that unlike test URL calls, production URL calls aren't "
@@ -115,7 +102,10 @@ def _b64url_decode(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-class FakeN8n(FakeHTTPServer):
+class FakeN8n(PlatformFake):
+    FAULTS = FAULTS
+    proxy_name = "nginx"
+
     """``with FakeN8n() as srv: post(srv.webhook_url, json={"chatInput": …, "sessionId": …})``."""
 
     server_name = "fake-n8n"  # real n8n (express) sends no Server header; the base always adds one
@@ -148,7 +138,6 @@ class FakeN8n(FakeHTTPServer):
         self.jwt_algorithm = "HS256"
         self.jwt_payloads: list[dict[str, Any]] = []
         # -- faults --
-        self._fault: str | None = None
         self.stall_seconds = 3600.0
         self.stall_ping_every = 0.25
         self.oversized_bytes = 9 * MiB
@@ -170,16 +159,6 @@ class FakeN8n(FakeHTTPServer):
     @property
     def base_url(self) -> str:
         return self.webhook_url
-
-    @property
-    def fault(self) -> str | None:
-        return self._fault
-
-    @fault.setter
-    def fault(self, value: str | None) -> None:
-        if value is not None and value not in FAULTS:
-            raise ValueError(f"unknown fault {value!r}; known: {', '.join(FAULTS)}")
-        self._fault = value
 
     def listen_test(self) -> None:
         """The editor's "Listen for test event": the next /webhook-test/ call is answered."""
@@ -233,11 +212,7 @@ class FakeN8n(FakeHTTPServer):
 
     async def _run(self, req: Request, resp: Response) -> None:
         s = self._snapshot()
-        if s.fault == "stall_before_headers":
-            await resp.stall(self.stall_seconds)
-            return
-        if s.fault and s.fault.startswith(("http_", "html_")):
-            await self._status_fault(req, resp, s.fault)
+        if await self.head_fault(resp, s.fault, close_after_stall=False):
             return
         if not await self._authorized(req, resp):
             return
@@ -331,21 +306,13 @@ class FakeN8n(FakeHTTPServer):
 
     # -- faults --------------------------------------------------------------------------------
 
-    async def _status_fault(self, req: Request, resp: Response, fault: str) -> None:
-        kind, _, code = fault.partition("_")
-        status = int(code)
-        if kind == "html":
-            phrase = HTTPStatus(status).phrase
-            page = (f"<html>\r\n<head><title>{status} {phrase}</title></head>\r\n<body>\r\n<center><h1>{status} "
-                    f"{phrase}</h1></center>\r\n<hr><center>nginx</center>\r\n</body>\r\n</html>\r\n")
-            await resp.text(status, page, "text/html")
-            return
+    async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
         ctype, body = _STATUS_BODIES[status]
         if status == 404:
-            await self._not_registered(req, resp)
+            await self._not_registered(resp.request, resp)
         elif ctype == "text":
-            headers = {"WWW-Authenticate": 'Basic realm="Webhook"'} if status == 401 else None
-            await resp.text(status, body, headers=headers)
+            extra = {"WWW-Authenticate": 'Basic realm="Webhook"'} if status == 401 else None
+            await resp.text(status, body, headers=extra)
         else:
             await resp.send(status, json.dumps(body, separators=(",", ":")).encode(),
                             "application/json; charset=utf-8")

@@ -10,7 +10,6 @@ import time
 import pytest
 
 from runner_kit.errors import RunnerError
-from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from runners_cli.plugins import find, load_runner_class
 from tests.fakes.coze import FakeCoze
@@ -48,12 +47,6 @@ def host():
 @pytest.fixture
 def runner(host):
     return make_runner("coze-agent", host)
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def cfg(srv, **extra):

@@ -10,14 +10,13 @@ request field.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import LocalHost
-from tests.fakes.http_server import FakeHTTPServer
+from tests.fakes.replay import ReplayServer, Reply
+from tests.fakes.replay import transcript as shared_transcript
 from tests.helpers import (
     deltas,
     failure,
@@ -30,6 +29,7 @@ from tests.helpers import (
     terminal,
 )
 
+ROUTE = "POST /v3/chat"
 HERE = Path(__file__).parent / "transcripts" / "coze"
 SESSION = stored_key("coze.conversation_id")
 SSE = "text/event-stream"
@@ -37,51 +37,18 @@ JSON = "application/json"
 CONV = "7391112223334445551"
 
 
-@dataclass
-class Reply:
-    """One canned response: an SSE body is written in small pieces, anything else in one go."""
-
-    body: bytes
-    status: int = 200
-    content_type: str | None = SSE
-    drop: bool = False  # close the connection instead of ending the chunked body
-    delay: float = 0.0  # pause between the small pieces (a slow stream)
-
-
 def transcript(name: str, **kw) -> Reply:
-    return Reply((HERE / name).read_bytes(), **kw)
+    return shared_transcript("coze", name, **kw)
 
 
-class Replay(FakeHTTPServer):
+class Replay(ReplayServer):
     """Serves canned replies to /v3/chat in order; the last one is repeated."""
 
     def __init__(self, *replies: Reply):
-        super().__init__()
-        self.replies = list(replies)
-        self.served = 0
-        self.add_route("POST", "/v3/chat", self._chat)
-
-    async def _chat(self, req, resp):
-        reply = self.replies[min(self.served, len(self.replies) - 1)]
-        self.served += 1
-        if reply.content_type != SSE:
-            await resp.send(reply.status, reply.body, reply.content_type)
-            return
-        await resp.start_stream(reply.status, SSE)
-        await resp.write_split(reply.body, delay=reply.delay or 0.001)
-        if reply.drop:
-            await resp.abort()
-        else:
-            await resp.end()
+        super().__init__({ROUTE: list(replies)})
 
     def conversations(self) -> list[str]:
         return [r.query.get("conversation_id", "") for r in self.find_requests("POST", "/v3/chat")]
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def config(srv: Replay, **extra) -> dict:

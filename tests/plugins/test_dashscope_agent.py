@@ -9,7 +9,6 @@ import logging
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.dashscope import FakeDashScope
 from tests.helpers import (
@@ -35,12 +34,6 @@ MIGRATED_HOST_FIELDS = {
     "mcp-resources": [],
     "mcp-resource-agent-read-enabled": False,
 }
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 @pytest.fixture

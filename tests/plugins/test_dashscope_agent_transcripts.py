@@ -9,13 +9,10 @@ asserted in test_dashscope_agent.py, because a replay cannot notice a dropped re
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import LocalHost
-from tests.fakes.http_server import FakeHTTPServer
+from tests.fakes.replay import ReplayServer, transcript
 from tests.helpers import (
     deltas,
     failure,
@@ -28,38 +25,14 @@ from tests.helpers import (
     terminal,
 )
 
-HERE = Path(__file__).parent / "transcripts" / "dashscope"
 SESSION = stored_key("dashscope.session_id")
 SID = "f4b6e1d27c9a4e0b8c3d5a6f7e8d9c0b"
 SSE = "text/event-stream;charset=UTF-8"
 
 
-class Replay(FakeHTTPServer):
-    """Serves one transcript to every completion request, in small pieces (split mid-UTF-8)."""
-
-    def __init__(self, name: str, drop: bool = False):
-        super().__init__()
-        self.body = (HERE / name).read_bytes()
-        self.drop = drop
-        self.add_route("POST", "/api/v1/apps/{app_id}/completion", self._answer)
-
-    async def _answer(self, req, resp):
-        await resp.start_stream(200, SSE)
-        await resp.write_split(self.body)
-        if self.drop:
-            await resp.abort()
-        else:
-            await resp.end()
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
-
-
 async def replay(name: str, drop: bool = False, **extra):
-    with Replay(name, drop) as srv:
+    reply = transcript("dashscope", name, content_type=SSE, drop=drop)
+    with ReplayServer({"POST /api/v1/apps/{app_id}/completion": reply}) as srv:
         host = LocalHost()
         config = {"base-url": srv.root_url + "/api/v1/", "api-key": "sk-replay-0000", "app-id": "a1",
                   "app-type": "agent", **extra}

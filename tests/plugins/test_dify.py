@@ -9,7 +9,6 @@ from types import SimpleNamespace
 import pytest
 
 from runner_kit.errors import RunnerError
-from runner_kit.http import close_shared_client
 from runner_kit.inputs import UserInput
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.dify import FakeDify
@@ -45,12 +44,6 @@ def host():
 @pytest.fixture
 def runner(host):
     return make_runner("dify-agent", host)
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def cfg(srv, **extra):

@@ -7,14 +7,12 @@ asserted in test_dify.py, because a replay cannot notice a dropped request field
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import LocalHost
-from tests.fakes.http_server import FakeHTTPServer
+from tests.fakes.replay import ReplayServer, Reply
+from tests.fakes.replay import transcript as shared_transcript
 from tests.helpers import (
     deltas,
     failure,
@@ -27,7 +25,7 @@ from tests.helpers import (
     terminal,
 )
 
-HERE = Path(__file__).parent / "transcripts" / "dify"
+ROUTE = "POST /v1/chat-messages"
 SESSION = stored_key("dify.conversation_id")  # where the default identity's conversation id is kept
 SSE = "text/event-stream; charset=utf-8"
 NGINX_502 = (
@@ -37,54 +35,22 @@ NGINX_502 = (
 WEB_UI = b"<!DOCTYPE html><html lang=\"en-US\"><head><meta charset=\"utf-8\"><title>Dify</title></head><body></body></html>"
 
 
-@dataclass
-class Reply:
-    """One canned response: an SSE body is written in small pieces, anything else in one go."""
-
-    body: bytes
-    status: int = 200
-    content_type: str | None = SSE
-    drop: bool = False  # close the connection instead of ending the chunked body
-
-
 def transcript(name: str, **kw) -> Reply:
-    return Reply((HERE / name).read_bytes(), **kw)
+    return shared_transcript("dify", name, **kw)
 
 
 def envelope(status: int, doc: dict, content_type: str = "application/json") -> Reply:
     return Reply(json.dumps(doc).encode(), status, content_type)
 
 
-class Replay(FakeHTTPServer):
+class Replay(ReplayServer):
     """Serves canned replies to /chat-messages in order; the last one is repeated."""
 
     def __init__(self, *replies: Reply):
-        super().__init__()
-        self.replies = list(replies)
-        self.served = 0
-        self.add_route("POST", "/v1/chat-messages", self._chat)
-
-    async def _chat(self, req, resp):
-        reply = self.replies[min(self.served, len(self.replies) - 1)]
-        self.served += 1
-        if reply.content_type != SSE:
-            await resp.send(reply.status, reply.body, reply.content_type)
-            return
-        await resp.start_stream(reply.status, SSE)
-        await resp.write_split(reply.body)
-        if reply.drop:
-            await resp.abort()
-        else:
-            await resp.end()
+        super().__init__({ROUTE: list(replies)})
 
     def bodies(self) -> list[dict]:
         return [r.json() for r in self.find_requests("POST", "/v1/chat-messages")]
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def config(srv: Replay, **extra) -> dict:
@@ -197,7 +163,7 @@ async def test_a_404_that_is_not_dify_conversation_missing_keeps_the_stored_id(r
         assert (code, retryable) == ("upstream.not_found", False)
         assert state_updates(results) == {}, "the stored conversation id is kept"
         assert [b["conversation_id"] for b in srv.bodies()] == ["", "c-1"], "no retry on a fresh conversation"
-        srv.replies.append(transcript("ok_chat_crlf_no_trailing.sse"))
+        srv.replies[ROUTE].append(transcript("ok_chat_crlf_no_trailing.sse"))
         assert final_text(await run(runner, host, config=config(srv))) == "Hello 世界"
         assert srv.bodies()[-1]["conversation_id"] == "c-1"
 

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.langflow import FakeLangflow
 from tests.helpers import (
@@ -45,12 +44,6 @@ def host():
 @pytest.fixture
 def runner(host):
     return make_runner("langflow-agent", host)
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def cfg(srv, **extra):

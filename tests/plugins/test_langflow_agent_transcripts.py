@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import LocalHost
 from tests.fakes.http_server import FakeHTTPServer
 from tests.fakes.langflow import split_transcript
@@ -99,12 +98,6 @@ class Replay(FakeHTTPServer):
 
     def bodies(self) -> list[dict]:
         return [r.json() for r in self.find_requests("POST")]
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def config(srv: Replay, **extra) -> dict:

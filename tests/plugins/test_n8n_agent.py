@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.n8n import FakeN8n
 from tests.helpers import (
@@ -42,12 +41,6 @@ def host():
 @pytest.fixture
 def runner(host):
     return make_runner("n8n-agent", host)
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 def cfg(srv, **extra):

@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from runner_kit.http import close_shared_client
 from runners_cli.host import LocalHost
 from tests.fakes.http_server import FakeHTTPServer
 from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, terminal
@@ -104,12 +103,6 @@ class Replay(FakeHTTPServer):
             await resp.abort()
         else:
             await resp.end()
-
-
-@pytest.fixture(autouse=True)
-async def _close():
-    yield
-    await close_shared_client()
 
 
 async def replay(reply: Reply, text: str = "hi", **extra):

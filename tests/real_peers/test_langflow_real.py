@@ -16,14 +16,10 @@
 from __future__ import annotations
 
 import base64
-import fcntl
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -34,11 +30,11 @@ from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.openai import FakeOpenAI
 from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.real_peers import peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(1800)]
 
 LANGFLOW_VERSION = "1.13.0"
-DEFAULT_VENV = "~/.cache/langbot-agent-runners/langflow-1.13-venv"
 MARKER = "langbot-install-complete.json"
 INSTALL_TIMEOUT = 1200.0
 START_TIMEOUT = 240.0
@@ -50,103 +46,14 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
 
 
 def say(text: str) -> None:
-    print(f"[langflow-real] {text}", file=sys.stderr, flush=True)
-
-
-def _venv() -> Path:
-    return Path(os.environ.get("LANGFLOW_REAL_VENV") or DEFAULT_VENV).expanduser().resolve()
-
-
-def _marker_text() -> str:
-    return json.dumps({"langflow": LANGFLOW_VERSION, "python": "3.11"}, sort_keys=True)
-
-
-def _ready(venv: Path) -> bool:
-    marker = venv / MARKER
-    if not ((venv / "bin" / "langflow").is_file() and marker.is_file()):
-        return False
-    try:
-        return json.loads(marker.read_text(encoding="utf-8")).get("key") == _marker_text()
-    except ValueError:
-        return False
-
-
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
-def _uv(args: list[str], log: Path, what: str, deadline: float) -> None:
-    with open(log, "a", encoding="utf-8") as out:
-        out.write(f"\n$ {' '.join(args)}\n")
-        out.flush()
-        proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait(timeout=max(deadline - time.monotonic(), 1.0))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            pytest.skip(f"Langflow real peer: {what} did not finish within {INSTALL_TIMEOUT:.0f}s; see {log}")
-    if code != 0:
-        pytest.skip(f"Langflow real peer: {what} failed (exit {code}); see {log}:\n{_tail(log)}")
+    peers.say("langflow-real", text)
 
 
 def provide_langflow() -> Path:
     """The venv with Langflow installed (installing it under a lock if the marker is missing)."""
-    venv = _venv()
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _ready(venv):
-            TIMINGS["install"] = 0.0
-            return venv
-        uv = shutil.which("uv")
-        if uv is None:
-            pytest.skip("Langflow real peer: `uv` is not installed (plain pip's resolver stalls on langflow)")
-        log = venv.parent / f"{venv.name}-install.log"
-        started = time.monotonic()
-        deadline = started + INSTALL_TIMEOUT
-        say(f"installing langflow=={LANGFLOW_VERSION} into {venv} (log: {log})")
-        if not (venv / "bin" / "python").is_file():
-            _uv([uv, "venv", str(venv), "--python", "3.11", "--allow-existing"], log, "uv venv --python 3.11",
-                deadline)
-        _uv([uv, "pip", "install", "--python", str(venv / "bin" / "python"), f"langflow=={LANGFLOW_VERSION}"], log,
-            f"uv pip install langflow=={LANGFLOW_VERSION}", deadline)
-        if not (venv / "bin" / "langflow").is_file():
-            pytest.skip(f"Langflow real peer: the install left no langflow command in {venv}; see {log}")
-        took = time.monotonic() - started
-        TIMINGS["install"] = took
-        (venv / MARKER).write_text(json.dumps({"key": _marker_text(), "seconds": round(took, 1)}), encoding="utf-8")
-        say(f"installed in {took:.1f}s")
-        return venv
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stop Langflow and its children: its own process group, addressed by its PID."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    # workers that outlived the leader are still in its group
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+    venv = peers.cached_path("LANGFLOW_REAL_VENV", "langflow-1.13-venv")
+    return peers.provide_venv(venv, [f"langflow=={LANGFLOW_VERSION}"], label="Langflow real peer",
+                              command="langflow", marker=MARKER, timeout=INSTALL_TIMEOUT, timings=TIMINGS)
 
 
 class Peer:
@@ -175,7 +82,7 @@ def peer(tmp_path_factory):
     broken.fault = "http_500"
     broken.start()
     home = tmp_path_factory.mktemp("langflow")
-    port = _free_port()
+    port = peers.free_port()
     env = {
         **os.environ,
         "LANGFLOW_CONFIG_DIR": str(home),
@@ -186,7 +93,6 @@ def peer(tmp_path_factory):
     }
     log = home / "langflow.log"
     out = open(log, "w", encoding="utf-8")
-    started = time.monotonic()
     proc = subprocess.Popen(
         [str(venv / "bin" / "langflow"), "run", "--host", LOOPBACK, "--port", str(port), "--backend-only",
          "--no-open-browser", "--workers", "1"],
@@ -194,18 +100,7 @@ def peer(tmp_path_factory):
     )
     url = f"http://{LOOPBACK}:{port}"
     try:
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"Langflow exited with {proc.returncode} before answering /health:\n{_tail(log)}")
-            if time.monotonic() - started > START_TIMEOUT:
-                pytest.fail(f"Langflow did not answer /health within {START_TIMEOUT:.0f}s:\n{_tail(log)}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        TIMINGS["start"] = time.monotonic() - started
+        TIMINGS["start"] = peers.wait_until_up(proc, url + "/health", log, "Langflow", START_TIMEOUT)
         say(f"Langflow {LANGFLOW_VERSION} answered /health after {TIMINGS['start']:.1f}s on {url}")
         token = httpx.get(url + "/api/v1/auto_login", timeout=30).json()["access_token"]
         key = httpx.post(url + "/api/v1/api_key/", headers={"Authorization": f"Bearer {token}"},
@@ -220,7 +115,7 @@ def peer(tmp_path_factory):
             flows[name] = r.json()["id"]
         yield Peer(url, key, flows, model, broken)
     finally:
-        _stop(proc)
+        peers.stop_group(proc)
         out.close()
         model.stop()
         broken.stop()

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -32,6 +31,7 @@ from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.openai import FakeOpenAI
 from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.real_peers import peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(1800)]
 
@@ -78,13 +78,6 @@ def _ready(cache: Path) -> bool:
     )
 
 
-def _tail(path: Path, lines: int = 15) -> str:
-    try:
-        return "\n".join(path.read_text(encoding="utf-8", errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _node_env(cache: Path, **extra: str) -> dict[str, str]:
     home = _node_home(cache)
     env = dict(os.environ)
@@ -118,7 +111,7 @@ def _npm(args: list[str], cwd: Path, env: dict[str, str], log: Path, started: fl
                 proc.kill()
                 proc.wait()
     if proc.returncode != 0:
-        pytest.skip(f"n8n real peer: {what} failed (npm exit {proc.returncode}); see {log}:\n{_tail(log)}")
+        pytest.skip(f"n8n real peer: {what} failed (npm exit {proc.returncode}); see {log}:\n{peers.tail(log)}")
 
 
 def provide_n8n() -> Path:
@@ -161,12 +154,6 @@ def provide_n8n() -> Path:
 
 
 # --- running n8n ------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
 
 
 def _children(pid: int) -> list[int]:
@@ -226,7 +213,7 @@ def _n8n_env(cache: Path, home: Path, port: int) -> dict[str, str]:
         N8N_LISTEN_ADDRESS=LOOPBACK,
         N8N_HOST=LOOPBACK,
         N8N_PROTOCOL="http",
-        N8N_RUNNERS_BROKER_PORT=str(free_port()),
+        N8N_RUNNERS_BROKER_PORT=str(peers.free_port()),
         N8N_DIAGNOSTICS_ENABLED="false",
         N8N_VERSION_NOTIFICATIONS_ENABLED="false",
         N8N_TEMPLATES_ENABLED="false",
@@ -247,7 +234,7 @@ def _cli(cache: Path, env: dict[str, str], log: Path, *args: str) -> None:
         done = subprocess.run([node, str(_n8n_bin(cache)), *args], env=env, stdout=out, stderr=subprocess.STDOUT,
                               timeout=300)
     if done.returncode != 0:
-        pytest.fail(f"n8n {' '.join(args)} failed (exit {done.returncode}):\n{_tail(log, 25)}")
+        pytest.fail(f"n8n {' '.join(args)} failed (exit {done.returncode}):\n{peers.tail(log, 25)}")
 
 
 class N8n:
@@ -284,7 +271,7 @@ def n8n(tmp_path_factory: pytest.TempPathFactory):
             {"id": "lbJwtAuth00000001", "name": "LangBot test jwt auth", "type": "jwtAuth",
              "data": {"keyType": "passphrase", "secret": AUTH["jwt"], "algorithm": "HS384"}},
         ]), encoding="utf-8")
-        port = free_port()
+        port = peers.free_port()
         env = _n8n_env(cache, home, port)
         started = time.monotonic()
         _cli(cache, env, log, "import:credentials", f"--input={creds}")
@@ -313,7 +300,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log: Path, started: fl
     healthy = False
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"n8n exited with {proc.returncode} while starting:\n{_tail(log, 30)}")
+            pytest.fail(f"n8n exited with {proc.returncode} while starting:\n{peers.tail(log, 30)}")
         try:
             if not healthy:
                 healthy = httpx.get(base + "/healthz", timeout=2).status_code == 200
@@ -328,7 +315,7 @@ def _wait_ready(proc: subprocess.Popen[bytes], base: str, log: Path, started: fl
         except httpx.HTTPError:
             pass
         time.sleep(0.3)
-    pytest.fail(f"n8n did not become ready within {START_TIMEOUT:.0f}s:\n{_tail(log, 30)}")
+    pytest.fail(f"n8n did not become ready within {START_TIMEOUT:.0f}s:\n{peers.tail(log, 30)}")
 
 
 # --- the runner against it --------------------------------------------------------------------------
