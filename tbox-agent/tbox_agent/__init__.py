@@ -1,0 +1,1 @@
+"""Tbox adapter for the TboxAgent LangBot runner."""
