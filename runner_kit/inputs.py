@@ -18,12 +18,13 @@ import mimetypes
 import os
 import re
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from .errors import RunnerError
 from .logs import get_logger
+from .wire import first_error
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
 FILE_DIRS_ENV = "RUNNER_KIT_FILE_DIRS"
@@ -74,6 +75,27 @@ class UserInput:
     def empty(self) -> bool:
         """True when nothing usable is left: blank text and no files."""
         return not self.text.strip() and not self.files
+
+
+T = TypeVar("T")
+
+
+async def upload_all(files: Sequence[InputFile], upload: Callable[[InputFile], Coroutine[Any, Any, T]]) -> list[T]:
+    """``upload`` every file concurrently, results in the files' order; the first failure cancels
+    the other uploads and is raised as itself (not as an exception group)."""
+    if not files:
+        return []
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(upload(f)) for f in files]
+    except BaseExceptionGroup as group:
+        raise first_error(group) from None
+    return [t.result() for t in tasks]
+
+
+def upload_failed(name: str, err: RunnerError) -> RunnerError:
+    """``err`` (a failed upload of ``name``) with the file named for the owner; code kept."""
+    return RunnerError(err.code, f"uploading '{name}' failed: {err.message}", retryable=err.retryable, status=err.status)
 
 
 class _Skip(Exception):

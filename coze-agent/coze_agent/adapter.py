@@ -21,7 +21,6 @@ line).
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,12 +32,12 @@ from runner_kit import errors
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
-from runner_kit.inputs import InputFile
+from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import SSEDecoder
 from runner_kit.usage import usage_from
-from runner_kit.wire import cut_off, first_error, maybe_json
+from runner_kit.wire import cut_off, maybe_json
 
 from . import const
 from .errors import (
@@ -117,7 +116,7 @@ class CozeAdapter(Adapter):
         name = f.name.replace("/", "_").replace("\\", "_") or "file"
 
         def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
-            return _upload_error(name, parse_http_error(status, raw, ctype))
+            return upload_failed(name, parse_http_error(status, raw, ctype))
 
         async with open_stream(
             self.env.client,
@@ -133,29 +132,19 @@ class CozeAdapter(Adapter):
         if isinstance(doc, dict):
             err = envelope_error(doc)
             if err is not None:
-                raise _upload_error(name, err)
+                raise upload_failed(name, err)
         data = doc.get("data") if isinstance(doc, dict) else None
         if not isinstance(data, dict) or not data.get("id"):
             raise RunnerError("upstream.protocol", f"{self.platform} upload of '{name}' returned no file id")
         return {"type": kind, "file_id": str(data["id"])}
 
-    async def _upload_all(self, files: list[InputFile]) -> list[dict[str, Any]]:
-        """Upload concurrently; the first failure cancels the other uploads and is the run's error."""
-        if not files:
-            return []
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._upload(f)) for f in files]
-        except BaseExceptionGroup as group:
-            raise first_error(group) from None
-        return [t.result() for t in tasks]
 
     async def _request(self) -> tuple[dict[str, Any], dict[str, str]]:
         cfg, inp = self.env.config, self.env.input
         text = inp.text.strip()
         if not text and not inp.files:
             raise RunnerError("input.invalid", "the message has no text or files to send to Coze")
-        parts = await self._upload_all(inp.files)
+        parts = await upload_all(inp.files, self._upload)
         if parts:
             items = ([{"type": "text", "text": text}] if text else []) + parts
             message = {
@@ -533,7 +522,3 @@ def _requires_action(data: dict[str, Any]) -> str:
         f"the {const.PLATFORM} bot asked for the result of a client-side tool{what}, which cannot be answered from "
         "the chat yet; give the bot a plugin or workflow for it in Coze instead of a local function"
     )
-
-
-def _upload_error(name: str, err: RunnerError) -> RunnerError:
-    return RunnerError(err.code, f"uploading '{name}' failed: {err.message}", retryable=err.retryable, status=err.status)

@@ -13,7 +13,6 @@ Stream event order (platforms.md §1):
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -24,11 +23,11 @@ import httpx
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body, open_stream, read_json, timeout_for
-from runner_kit.inputs import InputFile
+from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import cut_off, first_error, maybe_json, read_json_answer, tool_input
+from runner_kit.wire import cut_off, maybe_json, read_json_answer, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_envelope
@@ -97,7 +96,7 @@ class DifyAdapter(Adapter):
             self.base + const.UPLOAD_PATH,
             budget=self.env.budget(),
             platform=self.platform,
-            error_parser=lambda s, b, c: _upload_error(name, parse_envelope(s, b, c)),
+            error_parser=lambda s, b, c: upload_failed(name, parse_envelope(s, b, c)),
             headers=self.headers,
             files={"file": (name, f.data or b"", f.mime_type)},
             data={"user": self.env.user},
@@ -107,23 +106,13 @@ class DifyAdapter(Adapter):
             raise RunnerError("upstream.protocol", f"{self.platform} upload of '{name}' returned no file id")
         return {"type": ftype, "transfer_method": "local_file", "upload_file_id": doc["id"]}
 
-    async def _upload_all(self, files: list[InputFile]) -> list[dict[str, Any]]:
-        """Upload concurrently; the first failure cancels the other uploads and is the run's error."""
-        if not files:
-            return []
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._upload(f)) for f in files]
-        except BaseExceptionGroup as group:
-            raise first_error(group) from None
-        return [t.result() for t in tasks]
 
     async def _request(self) -> tuple[str, dict[str, Any]]:
         cfg, inp = self.env.config, self.env.input
         text = inp.text.strip()
         if not self.workflow and not text and not inp.files:
             raise RunnerError("input.invalid", "the message has no text or files to send to Dify")
-        files = await self._upload_all(inp.files)
+        files = await upload_all(inp.files, self._upload)
         body: dict[str, Any] = {
             "inputs": self._inputs(),
             "response_mode": "streaming",
@@ -420,8 +409,4 @@ def _pick_output(outputs: Any, key: str) -> str | None:
         (value,) = outputs.values()
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     return json.dumps(outputs, ensure_ascii=False)
-
-
-def _upload_error(name: str, err: RunnerError) -> RunnerError:
-    return RunnerError(err.code, f"uploading '{name}' failed: {err.message}", retryable=err.retryable, status=err.status)
 

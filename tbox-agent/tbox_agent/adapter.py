@@ -17,7 +17,6 @@ answered with a JSON envelope, with status 200 as often as with 4xx.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -35,11 +34,11 @@ from runner_kit.http import (
     timeout_for,
     transport_error,
 )
-from runner_kit.inputs import InputFile
+from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import first_error, json_object, read_json_answer
+from runner_kit.wire import json_object, read_json_answer
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_http_error
@@ -92,7 +91,7 @@ class TboxAdapter(Adapter):
         data = await self._file_bytes(f)
 
         def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
-            return _upload_error(name, parse_http_error(status, raw, ctype))
+            return upload_failed(name, parse_http_error(status, raw, ctype))
 
         async with open_stream(
             self.env.client,
@@ -106,7 +105,7 @@ class TboxAdapter(Adapter):
         ) as resp:
             doc = await read_json(resp, self.platform)
         if isinstance(doc, dict) and (fields := error_fields(doc)) is not None:
-            raise _upload_error(name, map_error(None, *fields))
+            raise upload_failed(name, map_error(None, *fields))
         fid = doc.get("data") if isinstance(doc, dict) else None
         if isinstance(fid, dict):
             fid = fid.get("fileId") or fid.get("id")
@@ -114,16 +113,6 @@ class TboxAdapter(Adapter):
             raise RunnerError("upstream.protocol", f"{self.platform} upload of '{name}' returned no file id")
         return {"fileId": str(fid), "type": file_type(f)}
 
-    async def _upload_all(self, files: list[InputFile]) -> list[dict[str, str]]:
-        """Upload concurrently; the first failure cancels the other uploads and is the run's error."""
-        if not files:
-            return []
-        try:
-            async with asyncio.TaskGroup() as tg:
-                tasks = [tg.create_task(self._upload(f)) for f in files]
-        except BaseExceptionGroup as group:
-            raise first_error(group) from None
-        return [t.result() for t in tasks]
 
     def _inputs(self, text: str) -> dict[str, Any]:
         """A generation agent's ``inputs``: fixed ones, LangBot's variables, then the user's text."""
@@ -139,7 +128,7 @@ class TboxAdapter(Adapter):
     async def _request(self) -> tuple[str, dict[str, Any]]:
         cfg, inp = self.env.config, self.env.input
         text = inp.text.strip()
-        files = await self._upload_all(inp.files)
+        files = await upload_all(inp.files, self._upload)
         body: dict[str, Any] = {"appId": self.app_id, "userId": self.env.user, "stream": True}
         if self.completion:
             body["inputs"] = self._inputs(text)
@@ -313,7 +302,3 @@ class TboxAdapter(Adapter):
         if st.follow_ups and st.text_shown and not st.revoked and self.env.config.get("follow-up-suggestions", True):
             out.append(ev.Text("\n\n" + "\n".join(f"- {q}" for q in st.follow_ups)))
         return out
-
-
-def _upload_error(name: str, err: RunnerError) -> RunnerError:
-    return RunnerError(err.code, f"uploading '{name}' failed: {err.message}", retryable=err.retryable, status=err.status)

@@ -149,3 +149,38 @@ async def test_large_non_ascii_base64_is_unreadable():
     with pytest.raises(RunnerError) as info:
         await collect_input(ctx(contents=[{"type": "file_base64", "file_base64": text, "file_name": "a.bin"}]))
     assert info.value.code == "input.unreadable"
+
+
+async def test_upload_all_keeps_order_and_raises_the_first_failure_itself():
+    import asyncio
+
+    from runner_kit.errors import RunnerError
+    from runner_kit.inputs import InputFile, upload_all, upload_failed
+
+    files = [InputFile(name=f"f{i}", mime_type="text/plain", data=b"x", kind="file") for i in range(3)]
+    cancelled = []
+
+    async def ok(f):
+        await asyncio.sleep(0.02 if f.name == "f0" else 0)
+        return f.name
+
+    assert await upload_all(files, ok) == ["f0", "f1", "f2"]
+    assert await upload_all([], ok) == []
+
+    async def one_fails(f):
+        if f.name == "f1":
+            raise upload_failed(f.name, RunnerError("upstream.too_large", "HTTP 413", status=413))
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            cancelled.append(f.name)
+            raise
+        return f.name
+
+    try:
+        await upload_all(files, one_fails)
+    except RunnerError as err:
+        assert (err.code, err.status, err.message) == ("upstream.too_large", 413, "uploading 'f1' failed: HTTP 413")
+    else:
+        raise AssertionError("a failed upload fails the run")
+    assert sorted(cancelled) == ["f0", "f2"], "the other uploads are cancelled"
