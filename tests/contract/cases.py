@@ -155,6 +155,7 @@ PLUGIN_CASE_MODULES: dict[str, str] = {
     "langflow-agent": "case_langflow_agent",
     "n8n-agent": "case_n8n_agent",
     "tbox-agent": "case_tbox_agent",
+    "weknora-agent": "case_weknora_agent",
 }
 
 

@@ -1,0 +1,23 @@
+"""WeKnoraAgent runner: the kit's runner driven by the WeKnora adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    from runner_kit.config import ConfigSchema
+    from runner_kit.runner import KitRunner
+except ImportError as exc:  # packaged without the shared kit
+    raise ImportError(
+        "WeKnoraAgent is missing its bundled runner_kit. Build the plugin from the langbot-agent-runners "
+        "repository with `uv run runners build weknora-agent` (plain `lbp build` does not include the kit)."
+    ) from exc
+
+from weknora_agent.adapter import WeKnoraAdapter
+
+
+class WeKnoraAgentRunner(KitRunner):
+    """Answers with WeKnora."""
+
+    adapter = WeKnoraAdapter
+    schema = ConfigSchema.from_yaml(Path(__file__).with_suffix(".yaml"))

@@ -1,0 +1,1 @@
+"""WeKnora adapter for the WeKnoraAgent LangBot runner."""

@@ -1,0 +1,338 @@
+"""WeKnora adapter: one LangBot turn is one ``knowledge-chat`` or ``agent-chat`` call in a session.
+
+Before the first turn a session is created (``POST /sessions`` with a JSON body, answered 201);
+its id is kept under ``weknora.session_id``. The answer is a gin-written SSE stream,
+``event:message`` / ``data:{StreamResponse}`` without spaces, every event a ``response_type``:
+
+- knowledge-chat: ``agent_query`` → (``thinking``*) → ``references`` → ``answer``* → ``answer``
+  (``done: true``, empty) → ``complete`` → maybe ``session_title``
+- agent-chat: ``agent_query`` → (``thinking``* | ``tool_call`` | ``tool_result`` | ``references``
+  | ``reflection`` | ``answer``*)* → ``answer`` done → ``complete`` → maybe ``session_title``
+  (WeKnora waits up to 3 s for it after ``complete`` when the session has no title)
+- a failed tool comes as ``error`` carrying ``data.tool_call_id`` (the agent goes on); any other
+  ``error`` ends the answer; ``stop`` follows a stop request; ``tool_approval_required`` and
+  ``mcp_oauth_required`` wait for a person in WeKnora's web UI.
+
+The runner ends at ``complete`` (or at the body's end once the answer is done), so a trailing
+``session_title`` is never waited for. WeKnora sends no keep-alives and no token usage.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from runner_kit import events as ev
+from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
+from runner_kit.inputs import InputFile
+from runner_kit.logs import get_logger
+from runner_kit.runner import Adapter
+from runner_kit.streams import iter_sse
+from runner_kit.usage import usage_from
+from runner_kit.wire import cut_off, maybe_json, read_json_answer, tool_input
+
+from . import const
+from .errors import BASE_URL_HINT, error_fields, map_error, parse_error, session_missing
+from .render import paused_message, references_text, score
+
+log = get_logger("runner_kit.weknora")
+
+OFF_LOOP_BYTES = 256 * 1024
+SESSION_TIMEOUT = 30.0  # the longest a session creation may take (within the run's budget)
+
+
+def _user_header(user: str) -> str | None:
+    """The user id as a header WeKnora accepts (≤128 printable ASCII characters), else None.
+
+    Non-ASCII ids (an IM nickname-style id) are percent-encoded: HTTP headers carry ASCII only."""
+    if not user.isascii():
+        user = quote(user, safe="")
+    if not user or len(user) > const.MAX_USER_ID or any(ord(c) < 0x20 or ord(c) == 0x7F for c in user):
+        return None
+    return user
+
+
+async def _b64(data: bytes) -> str:
+    """Base64 text of ``data``; large files are encoded off the event loop."""
+    if len(data) <= OFF_LOOP_BYTES:
+        return base64.b64encode(data).decode()
+    return await asyncio.to_thread(lambda: base64.b64encode(data).decode())
+
+
+class WeKnoraAdapter(Adapter):
+    """Maps one LangBot turn onto a WeKnora session chat."""
+
+    platform = const.PLATFORM
+    session_key = const.SESSION_KEY
+
+    def __init__(self, env):
+        super().__init__(env)
+        cfg = env.config
+        self.base = base_url(
+            cfg.get("base-url"), "base-url", suffixes=(const.API_PREFIX,), add=const.API_PREFIX,
+            example=const.EXAMPLE_BASE_URL,
+        )
+        self.app_type = "agent" if cfg.get("app-type") == "agent" else "chat"
+        self.headers = {"X-API-Key": str(cfg["api-key"]).strip(), "Accept": "text/event-stream"}
+        user = _user_header(env.user)
+        if user is not None:
+            self.headers[const.USER_HEADER] = user
+        self.session_id: str | None = None
+        self.message_id: str | None = None  # the assistant message being generated (for stop)
+        self._done = False
+        self._unknown: set[str] = set()
+
+    # --- request building ----------------------------------------------------------------------
+
+    async def _body(self) -> dict[str, Any]:
+        cfg, inp = self.env.config, self.env.input
+        # base-prompt stands in for a message without text (files only), as LangBot's old runner did
+        query = inp.text.strip() or str(cfg.get("base-prompt") or "").strip() or "."
+        agent_id = str(cfg.get("agent-id") or "").strip() or const.DEFAULT_AGENTS[self.app_type]
+        body: dict[str, Any] = {"query": query, "agent_id": agent_id, "channel": "im"}
+        if self.app_type == "agent":
+            body["agent_enabled"] = True
+        kbs: list[str] = []
+        for kb in cfg.get("knowledge-base-ids") or []:
+            kb = str(kb).strip()
+            if kb and kb not in kbs:
+                kbs.append(kb)
+        if kbs:
+            body["knowledge_base_ids"] = kbs
+        if cfg.get("web-search-enabled"):
+            body["web_search_enabled"] = True
+        images, uploads = await self._files(inp.files)
+        if images:
+            body["images"] = images
+        if uploads:
+            body["attachment_uploads"] = uploads
+        return body
+
+    async def _files(self, files: list[InputFile]) -> tuple[list[dict[str, str]], list[dict[str, Any]]]:
+        """Images as ``images`` data URIs, other files as ``attachment_uploads`` (both inline)."""
+        images: list[dict[str, str]] = []
+        uploads: list[dict[str, Any]] = []
+        for f in files:
+            if f.data is None:
+                # WeKnora takes inline bytes only (it drops client-given image URLs)
+                self.env.log.info("skipped %r: WeKnora accepts attached files only as inline data", f.name)
+                continue
+            if f.kind == "image" or f.mime_type.startswith("image/"):
+                head = f"data:{f.mime_type or 'application/octet-stream'};base64,"
+                images.append({"data": head + await _b64(f.data)})
+            elif len(uploads) < const.MAX_ATTACHMENTS:
+                name = f.name.replace("/", "_").replace("\\", "_") or "file"
+                uploads.append({"data": await _b64(f.data), "file_name": name, "file_size": f.size})
+            else:
+                self.env.log.info("skipped %r: WeKnora takes at most %d files per message", f.name,
+                                  const.MAX_ATTACHMENTS)
+        return images, uploads
+
+    async def _create_session(self) -> str:
+        title = const.SESSION_TITLE.format(user=self.env.user)[:200]
+        async with open_stream(
+            self.env.client,
+            "POST",
+            self.base + const.SESSIONS_PATH,
+            budget=min(self.env.budget(), SESSION_TIMEOUT),
+            platform=self.platform,
+            error_parser=parse_error,
+            headers={k: v for k, v in self.headers.items() if k != "Accept"},
+            json={"title": title},  # WeKnora refuses an empty body
+        ) as resp:
+            doc = await read_json(resp, self.platform)
+        data = doc.get("data") if isinstance(doc, dict) else None
+        sid = data.get("id") if isinstance(data, dict) else None
+        if not isinstance(sid, str) or not sid:
+            fields = error_fields(doc) if isinstance(doc, dict) else None
+            if fields is not None:
+                raise map_error(None, *fields)
+            raise RunnerError("upstream.protocol", f"{self.platform} created a session but sent no session id "
+                                                   f"({BASE_URL_HINT})")
+        return sid
+
+    # --- streaming -------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[ev.Event]:
+        body = await self._body()
+        stored = self.env.session.current
+        sid = str(stored) if stored else None
+        if sid is None:
+            sid = await self._create_session()
+            yield ev.SessionId(sid)
+        self.session_id = sid
+        url = self.base + const.CHAT_PATHS[self.app_type].format(sid=quote(sid, safe=""))
+        params = {"resource_urls": "public"} if self.env.config.get("public-resource-links") else None
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            # only WeKnora's own "Session not found" for a stored id means it is gone
+            if stored and session_missing(status, raw):
+                return SessionMissing()
+            return parse_error(status, raw, ctype)
+
+        async with open_stream(
+            self.env.client,
+            "POST",
+            url,
+            budget=self.env.budget(),
+            platform=self.platform,
+            error_parser=on_error,  # type: ignore[arg-type]
+            headers=self.headers,
+            params=params,
+            json=body,
+        ) as resp:
+            ctype = resp.headers.get("content-type", "").lower()
+            if "event-stream" not in ctype:
+                doc = await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)
+                fields = error_fields(doc)
+                if fields is not None:
+                    raise map_error(None, *fields)
+                raise RunnerError("upstream.protocol", f"{self.platform} answered with JSON instead of an "
+                                                       f"event stream ({BASE_URL_HINT})")
+            st = _State()
+            events = iter_sse(self.env.watch(resp.aiter_bytes()))
+            while True:
+                try:
+                    sse = await anext(events)
+                except StopAsyncIteration:
+                    break
+                except (httpx.HTTPError, RunnerError) as exc:
+                    if not (st.answer_done and cut_off(exc)):
+                        raise
+                    log.info("%s: the stream broke off after the answer was done", self.platform)
+                    break
+                if not sse.data:
+                    continue
+                data = sse.json()
+                if not isinstance(data, dict):
+                    raise RunnerError("upstream.protocol", f"{self.platform} sent an event that is not an object")
+                for item in await self._map(data, st):
+                    yield item
+                if st.finished:
+                    break
+            if st.finished:
+                await finish_body(events)  # lets the connection be reused
+        self._done = True
+        if not st.seen:
+            raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        if not st.finished and not st.answer_done:
+            raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
+        for item in self._closing(st):
+            yield item
+
+    async def _map(self, data: dict[str, Any], st: _State) -> list[ev.Event]:
+        kind = str(data.get("response_type") or "")
+        content = data.get("content") if isinstance(data.get("content"), str) else ""
+        meta = data.get("data") if isinstance(data.get("data"), dict) else {}
+        st.seen = True
+        if isinstance(data.get("usage"), dict):
+            st.usage = usage_from(data["usage"]) or st.usage
+        out: list[ev.Event] = []
+        if kind == "agent_query":
+            self.message_id = data.get("assistant_message_id") or meta.get("assistant_message_id") or self.message_id
+        elif kind == "answer":
+            if content:
+                if st.after_tool and st.answer_text and not st.answer_text.endswith("\n"):
+                    content = "\n\n" + content  # a new answer round after tool steps
+                st.after_tool = False
+                st.answer_text += content
+                out.append(ev.Text(content))
+            if data.get("done"):
+                st.answer_done = True
+        elif kind in ("thinking", "reflection"):
+            # reasoning that interleaves with the answer being streamed would split its sentences
+            # with a <think> block; it is shown at the start and between tool rounds only
+            if content and not (st.answer_text and not st.after_tool):
+                out.append(ev.Think(content))
+        elif kind == "tool_call":
+            st.after_tool = True
+            call_id = str(meta.get("tool_call_id") or data.get("id") or len(st.tools))
+            name = str(meta.get("tool_name") or "tool")
+            st.tools[call_id] = name
+            out.append(ev.ToolStarted(call_id=call_id, name=name, parameters=tool_input(meta.get("arguments"))))
+        elif kind == "tool_result" or (kind == "error" and meta.get("tool_call_id")):
+            # a failed tool is sent as an "error" with the tool's ids; the agent carries on
+            call_id = str(meta.get("tool_call_id") or "")
+            name = str(meta.get("tool_name") or st.tools.get(call_id) or "tool")
+            if kind == "error" or meta.get("success") is False:
+                failed = content or str(meta.get("error") or "the tool failed")
+                out.append(ev.ToolCompleted(call_id=call_id, name=name, error=failed[:500]))
+            else:
+                out.append(ev.ToolCompleted(call_id=call_id, name=name, result=maybe_json(content)))
+        elif kind == "references":
+            for ref in data.get("knowledge_references") or meta.get("references") or []:
+                if isinstance(ref, dict):
+                    st.add_reference(ref)
+        elif kind == "complete":
+            st.finished = True
+        elif kind == "error":
+            stage = str(meta.get("stage") or "").strip()
+            raise map_error(None, None, (content or str(meta.get("error") or "")) + (f" (stage {stage})" if stage else ""))
+        elif kind == "stop":
+            self._done = True
+            raise RunnerError("upstream.error", f"{self.platform} stopped this answer: {content or 'generation stopped'}")
+        elif kind in ("tool_approval_required", "mcp_oauth_required"):
+            await self._stop()
+            raise RunnerError("upstream.paused", paused_message(kind, meta))
+        elif kind not in const.IGNORED_TYPES and kind not in self._unknown:
+            self._unknown.add(kind)
+            log.info("%s: skipping unknown response type %r", self.platform, kind[:40])
+        return out
+
+    def _closing(self, st: _State) -> list[ev.Event]:
+        """What follows a finished answer: the knowledge references and usage (when sent)."""
+        out: list[ev.Event] = []
+        cfg = self.env.config
+        if st.references and st.answer_text.strip() and cfg.get("show-references", True) is not False:
+            heading = str(cfg.get("references-heading") or "").strip()
+            out.append(ev.Text(references_text(st.references, heading, st.answer_text)))
+        if st.usage is not None:
+            out.append(st.usage)
+        return out
+
+    async def _stop(self) -> None:
+        """Ask WeKnora to stop generating this answer (best effort)."""
+        if not (self.session_id and self.message_id):
+            return
+        path = const.STOP_PATH.format(sid=quote(self.session_id, safe=""))
+        headers = {k: v for k, v in self.headers.items() if k != "Accept"}
+        try:
+            await self.env.client.post(self.base + path, json={"message_id": self.message_id}, headers=headers,
+                                       timeout=timeout_for(2.0))
+        except Exception:  # noqa: BLE001 - best effort
+            log.info("%s: could not stop the answer", self.platform)
+        self._done = True
+
+    async def cancel(self) -> None:
+        """The host cancelled the run: stop the answer WeKnora is still generating."""
+        if not self._done:
+            await self._stop()
+
+
+class _State:
+    __slots__ = ("after_tool", "answer_done", "answer_text", "finished", "references", "seen", "tools", "usage")
+
+    def __init__(self) -> None:
+        self.after_tool = False  # a tool step came since the last answer text
+        self.answer_done = False
+        self.answer_text = ""
+        self.finished = False
+        self.references: dict[str, dict[str, Any]] = {}  # one per document, in first-cited order
+        self.seen = False
+        self.tools: dict[str, str] = {}
+        self.usage: ev.Usage | None = None
+
+    def add_reference(self, ref: dict[str, Any]) -> None:
+        key = str(ref.get("knowledge_id") or ref.get("knowledge_filename") or ref.get("knowledge_title")
+                  or ref.get("id") or "")
+        if not key:
+            return
+        best = self.references.get(key)
+        if best is None or score(ref) > score(best):
+            self.references[key] = ref

@@ -1,0 +1,37 @@
+"""WeKnora names: endpoints, stream response types, built-in agents and the state key."""
+
+PLATFORM = "WeKnora"
+SESSION_KEY = "weknora.session_id"
+
+API_PREFIX = "/api/v1"
+EXAMPLE_BASE_URL = "http://localhost:8080/api/v1"
+
+SESSIONS_PATH = "/sessions"
+CHAT_PATHS = {"chat": "/knowledge-chat/{sid}", "agent": "/agent-chat/{sid}"}
+STOP_PATH = "/sessions/{sid}/stop"
+
+# the agent used when agent-id is blank (what LangBot's old runner and the migration chose)
+DEFAULT_AGENTS = {"chat": "builtin-quick-answer", "agent": "builtin-smart-reasoning"}
+
+# sent as X-External-User-ID (WeKnora scopes sessions per external user when the workspace's
+# "API principal" mode is "direct"; otherwise the header is ignored); at most 128 characters
+USER_HEADER = "X-External-User-ID"
+MAX_USER_ID = 128
+SESSION_TITLE = "IM Chat - {user}"
+
+# the AppError code WeKnora sends with 404 "Session not found"
+NOT_FOUND_CODE = 1003
+# at most this many inline attachment_uploads per request (WeKnora refuses more)
+MAX_ATTACHMENTS = 5
+MAX_REFERENCES = 10
+
+# response types that carry nothing a chat user sees
+IGNORED_TYPES = frozenset(
+    {
+        "agent_query",
+        "session_title",
+        "tool_approval_resolved",
+        "mcp_oauth_resolved",
+        "memory_recalled",
+    }
+)
