@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 
 from .errors import RunnerError
 from .http import read_bounded
+from .logs import get_logger
+from .streams import SSEEvent
+
+log = get_logger("runner_kit.wire")
 
 MAX_JSON_BODY = 16 * 1024 * 1024
 
@@ -74,3 +79,30 @@ async def read_json_answer(resp: httpx.Response, ctype: str, platform: str, hint
     if doc is None:
         raise RunnerError("upstream.protocol", f"{platform} returned a body that is not a JSON object")
     return doc
+
+
+async def sse_objects(
+    events: AsyncIterator[SSEEvent], platform: str, *, complete: Callable[[], bool] = lambda: False
+) -> AsyncIterator[dict[str, Any]]:
+    """The JSON object of each SSE event with data (an event without data is a keep-alive).
+
+    A connection that breaks off once ``complete()`` is true ends the stream quietly: the platform
+    had already sent the whole answer and only its closing events were lost. Data that is not a
+    JSON object is ``upstream.protocol``.
+    """
+    while True:
+        try:
+            sse = await anext(events)
+        except StopAsyncIteration:
+            return
+        except (httpx.HTTPError, RunnerError) as exc:
+            if not (complete() and cut_off(exc)):
+                raise
+            log.info("%s: the stream broke off after the answer was complete", platform)
+            return
+        if not sse.data:
+            continue
+        data = sse.json()
+        if not isinstance(data, dict):
+            raise RunnerError("upstream.protocol", f"{platform} sent an event that is not an object")
+        yield data

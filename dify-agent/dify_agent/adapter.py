@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import urljoin
-
-import httpx
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
@@ -27,7 +26,7 @@ from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import cut_off, maybe_json, read_json_answer, tool_input
+from runner_kit.wire import maybe_json, read_json_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_envelope
@@ -157,26 +156,12 @@ class DifyAdapter(Adapter):
                 return
             state = _StreamState()
             events = iter_sse(self.env.watch(resp.aiter_bytes()))
-            while True:
-                try:
-                    sse = await anext(events)
-                except StopAsyncIteration:
-                    break
-                except (httpx.HTTPError, RunnerError) as exc:
-                    if not (state.message_ended and cut_off(exc)):
-                        raise
-                    # message_end carried the whole answer; only workflow_finished was lost
-                    log.info("%s: the stream broke off after message_end; the answer is complete", self.platform)
-                    break
-                if not sse.data:
-                    continue  # ping
-                data = sse.json()
-                if not isinstance(data, dict):
-                    raise RunnerError("upstream.protocol", f"{self.platform} sent an event that is not an object")
-                for item in self._map(data, state):
-                    yield item
-                if state.finished:
-                    break
+            async with aclosing(sse_objects(events, self.platform, complete=lambda: state.message_ended)) as objects:
+                async for data in objects:
+                    for item in self._map(data, state):
+                        yield item
+                    if state.finished:
+                        break
             if state.finished:
                 await finish_body(events)  # lets the connection be reused
         self._done = True

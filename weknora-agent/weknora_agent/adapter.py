@@ -22,10 +22,9 @@ from __future__ import annotations
 import asyncio
 import base64
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
-
-import httpx
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
@@ -35,7 +34,7 @@ from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.usage import usage_from
-from runner_kit.wire import cut_off, maybe_json, read_json_answer, tool_input
+from runner_kit.wire import maybe_json, read_json_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, error_fields, map_error, parse_error, session_missing
@@ -197,25 +196,12 @@ class WeKnoraAdapter(Adapter):
                                                        f"event stream ({BASE_URL_HINT})")
             st = _State()
             events = iter_sse(self.env.watch(resp.aiter_bytes()))
-            while True:
-                try:
-                    sse = await anext(events)
-                except StopAsyncIteration:
-                    break
-                except (httpx.HTTPError, RunnerError) as exc:
-                    if not (st.answer_done and cut_off(exc)):
-                        raise
-                    log.info("%s: the stream broke off after the answer was done", self.platform)
-                    break
-                if not sse.data:
-                    continue
-                data = sse.json()
-                if not isinstance(data, dict):
-                    raise RunnerError("upstream.protocol", f"{self.platform} sent an event that is not an object")
-                for item in await self._map(data, st):
-                    yield item
-                if st.finished:
-                    break
+            async with aclosing(sse_objects(events, self.platform, complete=lambda: st.answer_done)) as objects:
+                async for data in objects:
+                    for item in await self._map(data, st):
+                        yield item
+                    if st.finished:
+                        break
             if st.finished:
                 await finish_body(events)  # lets the connection be reused
         self._done = True
