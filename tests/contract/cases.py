@@ -152,6 +152,7 @@ def _dify_cases() -> list[PluginCase]:
 PLUGIN_CASE_MODULES: dict[str, str] = {
     "coze-agent": "case_coze_agent",
     "dashscope-agent": "case_dashscope_agent",
+    "deerflow-agent": "case_deerflow_agent",
     "langflow-agent": "case_langflow_agent",
     "n8n-agent": "case_n8n_agent",
     "tbox-agent": "case_tbox_agent",

@@ -461,25 +461,3 @@ class _Ctx:
         }
         inputs = {"input_value": self.run.input_value} if self.run.input_type in ("chat", "any") else {}
         return {"session_id": self.run.session_id, "outputs": [{"inputs": inputs, "outputs": [out]}]}
-
-
-def split_transcript(raw: bytes) -> tuple[bytes, int, dict[str, str], bytes]:
-    """A real-peer ``.http`` capture as (request bytes, status, response headers, response body).
-
-    The captures are ``request``, a blank line, the response head, a blank line, the de-chunked
-    body; some were saved with LF line ends instead of CRLF, so both are accepted."""
-    import re
-
-    m = re.search(rb"(\r?\n){2}(HTTP/1\.[01] (\d{3})[^\r\n]*)", raw)
-    if m is None:
-        raise ValueError("no response in the transcript")
-    request, rest = raw[: m.start()], raw[m.start(2):]
-    sep = re.search(rb"\r?\n\r?\n", rest)
-    if sep is None:
-        raise ValueError("no end of the response head")
-    head, body = rest[: sep.start()], rest[sep.end():]
-    headers = {}
-    for line in head.decode("latin-1").splitlines()[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return request, int(m.group(3)), headers, body

@@ -8,7 +8,8 @@ framing; anything else goes out in one piece with a Content-Length.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +31,7 @@ class Reply:
     delay: float = 0.0  # pause between the tiny pieces (a slow stream)
     headers: Mapping[str, str] = field(default_factory=dict)
     streamed: bool | None = None  # chunked body; default: when the type is an event stream
+    sizes: Iterable[int] | None = None  # the pieces' sizes, cycled (default: tiny, split mid-UTF-8)
 
     @property
     def chunked(self) -> bool:
@@ -77,8 +79,28 @@ async def play(reply: Reply, resp: Response) -> None:
         await resp.send(reply.status, reply.body, reply.content_type, reply.headers)
         return
     await resp.start_stream(reply.status, reply.content_type or SSE, reply.headers)
-    await resp.write_split(reply.body, delay=reply.delay or 0.001)
+    await resp.write_split(reply.body, sizes=reply.sizes, delay=reply.delay or 0.001)
     if reply.drop:
         await resp.abort()
     else:
         await resp.end()
+
+
+def split_transcript(raw: bytes) -> tuple[bytes, int, dict[str, str], bytes]:
+    """A real-peer ``.http`` capture as (request bytes, status, response headers, response body).
+
+    The captures are ``request``, a blank line, the response head, a blank line, the de-chunked
+    body; some were saved with LF line ends instead of CRLF, so both are accepted."""
+    m = re.search(rb"(\r?\n){2}(HTTP/1\.[01] (\d{3})[^\r\n]*)", raw)
+    if m is None:
+        raise ValueError("no response in the transcript")
+    request, rest = raw[: m.start()], raw[m.start(2):]
+    sep = re.search(rb"\r?\n\r?\n", rest)
+    if sep is None:
+        raise ValueError("no end of the response head")
+    head, body = rest[: sep.start()], rest[sep.end():]
+    headers = {}
+    for line in head.decode("latin-1").splitlines()[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return request, int(m.group(3)), headers, body

@@ -8,7 +8,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.fakes.langflow import FAULTS, FakeLangflow, split_transcript
+from tests.fakes.langflow import FAULTS, FakeLangflow
+from tests.fakes.replay import split_transcript
 
 KEY = "sk-langflow-test-key"
 # unchanged copies of the shared real-peer captures (fixtures/real-peers/langflow)

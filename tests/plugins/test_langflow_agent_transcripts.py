@@ -14,7 +14,7 @@ import pytest
 
 from runners_cli.host import LocalHost
 from tests.fakes.http_server import FakeHTTPServer
-from tests.fakes.langflow import split_transcript
+from tests.fakes.replay import split_transcript
 from tests.helpers import (
     deltas,
     failure,

@@ -1,0 +1,23 @@
+"""DeerFlowAgent runner: the kit's runner driven by the DeerFlow adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    from runner_kit.config import ConfigSchema
+    from runner_kit.runner import KitRunner
+except ImportError as exc:  # packaged without the shared kit
+    raise ImportError(
+        "DeerFlowAgent is missing its bundled runner_kit. Build the plugin from the langbot-agent-runners "
+        "repository with `uv run runners build deerflow-agent` (plain `lbp build` does not include the kit)."
+    ) from exc
+
+from deerflow_agent.adapter import DeerFlowAdapter
+
+
+class DeerFlowAgentRunner(KitRunner):
+    """Answers with DeerFlow."""
+
+    adapter = DeerFlowAdapter
+    schema = ConfigSchema.from_yaml(Path(__file__).with_suffix(".yaml"))

@@ -1,0 +1,1 @@
+"""DeerFlow adapter for the DeerFlowAgent LangBot runner."""

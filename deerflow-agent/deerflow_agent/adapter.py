@@ -1,0 +1,543 @@
+"""DeerFlow (and any LangGraph Platform-compatible server) adapter.
+
+One turn: ``POST {api}/threads`` once per conversation (the thread id is kept under
+``deerflow.thread_id``), then ``POST {api}/threads/{id}/runs/stream`` with ``stream_mode``
+``values, messages-tuple, updates, custom``. The SSE stream (LangGraph: CRLF, ``: heartbeat``
+comments every 5 s, ends by closing; DeerFlow: LF, heartbeats, a final ``event: end`` with
+``data: null``) carries, in order:
+
+- ``metadata`` ``{"run_id", …}`` (the run id is also in the ``Content-Location`` header);
+- ``values`` — the thread's *whole* state after each step: the first one lists every message from
+  earlier turns, which must never be shown again;
+- ``messages`` — ``[message, metadata]`` tuples: ``AIMessageChunk`` deltas (text, reasoning in
+  ``additional_kwargs.reasoning_content`` or ``thinking`` blocks, ``tool_call_chunks`` with name and
+  id only on the first, ``usage_metadata`` on one late chunk); a node that returns a whole ``ai``
+  message sends it once in full; tool results come as whole ``tool`` messages;
+- ``updates`` — ``{node: partial state}``; a graph ``interrupt()`` shows as ``__interrupt__`` here
+  and in ``values``, and then the stream ends;
+- ``custom`` — DeerFlow's subagent progress (``task_started`` … ``task_completed``/``task_failed``);
+- ``error`` — LangGraph ``{"error", "message"}`` / DeerFlow ``{"name", "message"}``.
+
+Only ``messages`` tuples give answer text (``values`` is read for which ids are old, for interrupts,
+and as the last resort when a run streamed no message at all). An interrupt's question ends the run
+as its answer and is remembered, so the next message resumes the thread with
+``command: {"resume": <text>}``. DeerFlow's own clarifying question (its ``ask_clarification`` tool,
+ended by ClarificationMiddleware) arrives as a ``tool`` message and is shown as the answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from runner_kit import events as ev
+from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
+from runner_kit.inputs import InputFile
+from runner_kit.logs import get_logger
+from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter
+from runner_kit.streams import SSEEvent, iter_sse
+from runner_kit.usage import usage_from
+from runner_kit.wire import maybe_json, read_json_answer, tool_input
+
+from . import const
+from .errors import assistant_missing, map_http, route_missing, stream_error, thread_missing
+from .messages import is_chunk, kind, plain_text, question_text, reasoning_of, split_content
+
+log = get_logger("runner_kit.deerflow")
+
+# server root -> the API prefix found by probing it (kept for the life of the process)
+_PREFIXES: dict[str, str] = {}
+CLARIFY_TOOL = "ask_clarification"
+
+
+class _NoRoute(Exception):
+    """This prefix has no LangGraph API (FastAPI's bare 404, a web page, 405): try the next one."""
+
+
+def api_location(raw: object) -> tuple[str, tuple[str, ...]]:
+    """``(server root, API prefixes to use or probe)`` from ``api-base`` as pasted or migrated."""
+    url = base_url(raw, "api-base", example="http://127.0.0.1:2026")
+    low = url.lower()
+    for prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX):
+        if low.endswith(prefix):
+            return url[: -len(prefix)], (prefix,)
+    return url, const.PROBE_ORDER
+
+
+def stored_thread(value: Any) -> tuple[str | None, dict[str, Any] | None]:
+    """The state value: a thread id, or ``{"thread_id", "interrupts", "question"}`` while a graph
+    interrupt waits for the user's answer."""
+    if isinstance(value, str) and value:
+        return value, None
+    if isinstance(value, dict) and isinstance(value.get("thread_id"), str) and value["thread_id"]:
+        return value["thread_id"], value if isinstance(value.get("interrupts"), list) else None
+    return None, None
+
+
+class _Run:
+    """What one run's stream has shown and seen so far."""
+
+    def __init__(self, resumed: set[str]) -> None:
+        self.before: set[str] | None = None  # message ids in the first ``values``: earlier turns
+        self.last_values: dict[str, Any] | None = None
+        self.updated: list[dict[str, Any]] = []  # messages the nodes returned (``updates``), all new
+        self.shown: dict[str, str] = {}  # AI message id -> answer text shown for it
+        self.thought: dict[str, str] = {}  # AI message id -> reasoning shown for it
+        self.texted: list[str] = []  # AI message ids that showed text, in order
+        self.calls: dict[tuple[str, Any], dict[str, Any]] = {}  # tool calls still streaming their arguments
+        self.started: set[str] = set()
+        self.completed: set[str] = set()
+        self.usage: dict[str, dict[str, Any]] = {}  # AI message id -> usage_metadata
+        self.interrupts: list[dict[str, Any]] = []
+        self.resumed = resumed  # interrupt ids this run answers (never shown again)
+        self.clarification: str | None = None
+        self.events = 0
+        self.ended = False
+        self.check_kept = False  # a kept thread: notice when it comes back empty
+
+    @property
+    def any_text(self) -> bool:
+        return bool(self.texted)
+
+
+class DeerFlowAdapter(Adapter):
+    """Maps one LangBot turn onto a DeerFlow / LangGraph thread run."""
+
+    platform = const.PLATFORM
+    session_key = const.SESSION_KEY
+
+    def __init__(self, env):
+        super().__init__(env)
+        cfg = env.config
+        self.root, self.prefixes = api_location(cfg.get("api-base"))
+        self.prefix: str | None = self.prefixes[0] if len(self.prefixes) == 1 else _PREFIXES.get(self.root)
+        self.assistant = str(cfg.get("assistant-id") or "").strip() or const.DEFAULT_ASSISTANT
+        self.headers: dict[str, str] = {}
+        auth = str(cfg.get("auth-header") or "").strip()
+        key = str(cfg.get("api-key") or "").strip()
+        if auth:
+            self.headers["Authorization"] = auth
+        elif key:
+            self.headers["Authorization"] = f"Bearer {key}"
+        if key:
+            self.headers["x-api-key"] = key  # LangGraph Platform's header
+        self.thread_id: str | None = None
+        self.run_id: str | None = None
+        self._done = False
+        self._unknown: set[str] = set()
+
+    # --- HTTP ------------------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _open(
+        self, method: str, path: str, on_error: Callable[[int, bytes, str], Exception], **kw: Any
+    ) -> AsyncIterator[httpx.Response]:
+        """``open_stream`` on the API; while the prefix is unknown, each candidate in turn."""
+        tries = (self.prefix,) if self.prefix is not None else self.prefixes
+        probing = len(tries) > 1
+
+        def parser(status: int, body: bytes, ctype: str) -> Exception:
+            if probing and route_missing(status, body):
+                return _NoRoute()
+            return on_error(status, body, ctype)
+
+        for prefix in tries:
+            stack = AsyncExitStack()
+            try:
+                resp = await stack.enter_async_context(open_stream(
+                    self.env.client, method, self.root + prefix + path, budget=self.env.budget(),
+                    platform=self.platform, error_parser=parser, headers=self.headers, **kw))  # type: ignore[arg-type]
+            except _NoRoute:
+                await stack.aclose()
+                continue
+            async with stack:
+                self.prefix = prefix
+                if probing:
+                    _PREFIXES[self.root] = prefix
+                yield resp
+            return
+        raise RunnerError(
+            "config.invalid",
+            f"no DeerFlow or LangGraph API answered at {self.root} (tried "
+            f"{', '.join(p or '/' for p in tries)}); {const.BASE_URL_HINT}",
+        )
+
+    async def _create_thread(self) -> str:
+        body = {"metadata": {"source": "langbot", "langbot_user": self.env.user}}
+        async with self._open("POST", const.THREADS_PATH, map_http, json=body) as resp:
+            doc = await read_json(resp, self.platform)
+        tid = doc.get("thread_id") if isinstance(doc, dict) else None
+        if not isinstance(tid, str) or not tid:
+            raise RunnerError("upstream.protocol", f"{self.platform} created a thread but sent no thread_id")
+        return tid
+
+    async def _upload(self, files: list[InputFile]) -> list[dict[str, Any]]:
+        """DeerFlow's ``POST /api/threads/{id}/uploads`` (multipart ``files``), in one request."""
+        parts = [("files", (f.name.replace("/", "_").replace("\\", "_") or "file", f.data or b"", f.mime_type))
+                 for f in files]
+        names = ", ".join(repr(p[1][0]) for p in parts)
+
+        def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
+            err = map_http(status, raw, ctype)
+            return RunnerError(err.code, f"uploading {names} failed: {err.message}", retryable=err.retryable,
+                               status=err.status)
+
+        url = self.root + const.UPLOAD_PATH.format(thread_id=quote(self.thread_id or "", safe=""))
+        async with open_stream(self.env.client, "POST", url, budget=self.env.budget(), platform=self.platform,
+                               error_parser=on_error, headers=self.headers, files=parts) as resp:
+            doc = await read_json(resp, self.platform)
+        got = doc.get("files") if isinstance(doc, dict) else None
+        if not isinstance(got, list):
+            raise RunnerError("upstream.protocol", f"{self.platform} upload of {names} returned no file list")
+        return [{"filename": f.get("filename"), "size": f.get("size"), "path": f.get("virtual_path") or f.get("path"),
+                 "status": "uploaded"} for f in got if isinstance(f, dict)]
+
+    # --- request ---------------------------------------------------------------------------------
+
+    async def _message(self) -> tuple[dict[str, Any], list[str]]:
+        """The human message (images as content parts, other files uploaded) and what was left out."""
+        inp = self.env.input
+        images = [f for f in inp.files if f.kind == "image" or f.mime_type.startswith("image/")]
+        others = [f for f in inp.files if f not in images]
+        content: Any = inp.text
+        if images:
+            parts: list[dict[str, Any]] = [{"type": "text", "text": inp.text}] if inp.text else []
+            for f in images:
+                url = f.url if f.data is None else f"data:{f.mime_type};base64,{base64.b64encode(f.data).decode()}"
+                parts.append({"type": "image_url", "image_url": {"url": url}})
+            content = parts
+        msg: dict[str, Any] = {"role": "user", "content": content}
+        skipped: list[str] = []
+        uploadable = [f for f in others if f.data is not None]
+        skipped += [f.name for f in others if f.data is None]
+        if uploadable and self.prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX):
+            msg["additional_kwargs"] = {"files": await self._upload(uploadable)}
+        else:
+            skipped += [f.name for f in uploadable]
+        return msg, skipped
+
+    def _context(self) -> dict[str, Any]:
+        cfg = self.env.config
+        ctx: dict[str, Any] = {  # (the server sets thread_id itself)
+            "thinking_enabled": bool(cfg.get("thinking-enabled")),
+            "is_plan_mode": bool(cfg.get("plan-mode")),
+            "subagent_enabled": bool(cfg.get("subagent-enabled")),
+            "max_concurrent_subagents": _positive(cfg.get("max-concurrent-subagents"), const.DEFAULT_MAX_SUBAGENTS),
+        }
+        if model := str(cfg.get("model-name") or "").strip():
+            ctx["model_name"] = model
+        return ctx
+
+    async def _body(self, pending: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+        body: dict[str, Any] = {
+            "assistant_id": self.assistant,
+            "stream_mode": list(const.STREAM_MODES),
+            # settings go in ``context`` only: LangGraph refuses configurable and context together
+            "config": {"recursion_limit": _positive(self.env.config.get("recursion-limit"),
+                                                    const.DEFAULT_RECURSION_LIMIT)},
+            "context": self._context(),
+            "multitask_strategy": "reject",
+            "on_disconnect": "cancel",
+        }
+        if pending is not None:
+            text = self.env.input.text
+            ids = [str(i) for i in pending["interrupts"] if i]
+            body["command"] = {"resume": {i: text for i in ids} if len(ids) > 1 else text}
+            return body, [f.name for f in self.env.input.files]
+        msg, skipped = await self._message()
+        body["input"] = {"messages": [msg]}
+        return body, skipped
+
+    # --- streaming -------------------------------------------------------------------------------
+
+    async def stream(self) -> AsyncIterator[ev.Event]:
+        thread_id, pending = stored_thread(self.env.session.current)
+        stored = thread_id is not None
+        if thread_id is None:
+            thread_id = await self._create_thread()
+        self.thread_id = thread_id
+        body, skipped = await self._body(pending)
+        note: list[ev.Event] = []
+        if skipped:
+            why = ("they are ignored when answering a question the agent asked" if pending is not None else
+                   "only images can be passed to this server" if self.prefix not in
+                   (const.NGINX_PREFIX, const.GATEWAY_PREFIX) else "they were only links")
+            names = ", ".join(repr(n) for n in skipped)
+            note = [ev.Log(f"files not sent to {self.platform}: {names} ({why})", "warning"),
+                    ev.Text(f"(Not sent to {self.platform}: {names}; {why}.)\n\n")]
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            if thread_missing(status, raw):
+                # for a thread made a moment ago the unknown one is the assistant: never retry that
+                return SessionMissing() if stored else assistant_missing(self.assistant)
+            return map_http(status, raw, ctype)
+
+        st = _Run({str(i) for i in (pending or {}).get("interrupts", [])})
+        st.check_kept = stored and pending is None
+        path = const.RUN_STREAM_PATH.format(thread_id=quote(thread_id, safe=""))
+        async with self._open("POST", path, on_error, json=body) as resp:
+            self.run_id = _run_id(resp.headers.get("content-location"))
+            if not stored:  # kept once a run started in it, so a kept thread never is empty
+                yield ev.SessionId(thread_id)
+            for item in note:  # only now: a stored thread found gone is retried before any output
+                yield item
+            ctype = resp.headers.get("content-type", "").lower()
+            if "event-stream" not in ctype:
+                doc = await read_json_answer(resp, ctype, self.platform, const.BASE_URL_HINT)
+                raise RunnerError("upstream.protocol",
+                                  f"{self.platform} answered with JSON instead of an event stream "
+                                  f"(keys: {', '.join(sorted(doc))[:120]}; {const.BASE_URL_HINT})")
+            events = iter_sse(self.env.watch(resp.aiter_bytes()))
+            async for sse in events:
+                st.events += 1
+                if sse.event == "end":
+                    st.ended = True
+                    break
+                for item in self._map(sse, st):
+                    yield item
+            if st.ended:
+                await finish_body(events)  # lets the connection be reused
+        self._done = True
+        for item in self._finish(st, pending is not None):
+            yield item
+
+    def _map(self, sse: SSEEvent, st: _Run) -> list[ev.Event]:
+        name = sse.event
+        if "|" in name or name in const.IGNORED_EVENTS:
+            return []  # subgraph events (not requested) and modes with nothing to show
+        data = sse.json() if sse.data else None
+        if name == "metadata":
+            if isinstance(data, dict) and not self.run_id and isinstance(data.get("run_id"), str):
+                self.run_id = data["run_id"]
+            return []
+        if name in ("messages", "messages-tuple"):
+            msg = data[0] if isinstance(data, list) and data else data
+            return self._message_event(msg, st, accumulated=False) if isinstance(msg, dict) else []
+        if name in ("messages/partial", "messages/complete"):  # mode "messages": the whole message so far
+            out: list[ev.Event] = []
+            for msg in data if isinstance(data, list) else []:
+                if isinstance(msg, dict):
+                    out += self._message_event(msg, st, accumulated=True)
+            return out
+        out = self._flush_calls(st)
+        if name == "values" and isinstance(data, dict):
+            messages = data.get("messages") if isinstance(data.get("messages"), list) else []
+            if st.before is None:
+                st.before = {str(m["id"]) for m in messages if isinstance(m, dict) and m.get("id")}
+                # DeerFlow restarts a missing thread empty where LangGraph says 404: notice it here
+                deerflow = self.prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX)
+                if st.check_kept and deerflow and "messages" in data and len(messages) <= 1:
+                    out += self._thread_lost()
+            st.last_values = data
+            self._interrupts(data.get("__interrupt__"), st)
+        elif name == "updates" and isinstance(data, dict):
+            self._interrupts(data.get("__interrupt__"), st)
+            for node, update in data.items():
+                if node != "__interrupt__" and isinstance(update, dict) and isinstance(update.get("messages"), list):
+                    st.updated += [m for m in update["messages"] if isinstance(m, dict)]
+        elif name == "custom":
+            out += self._custom(data, st)
+        elif name == "error":
+            raise stream_error(data)
+        elif name not in ("values", "updates") and name not in self._unknown:
+            self._unknown.add(name)
+            log.info("%s: skipping unknown stream event %r", self.platform, name)
+        return out
+
+    def _thread_lost(self) -> list[ev.Event]:
+        """The kept thread came back empty: DeerFlow starts a missing thread afresh instead of
+        answering 404, so the earlier conversation is gone; say so like a fresh session."""
+        log.info("%s: the kept thread %s had no history; it was started afresh", self.platform, self.thread_id)
+        cfg = self.env.config
+        if cfg.get("session-reset-notice") is False:
+            return []
+        text = str(cfg.get("session-reset-text") or "").strip() or DEFAULT_SESSION_RESET_TEXT
+        return [ev.Text(text + "\n\n")]
+
+    def _interrupts(self, value: Any, st: _Run) -> None:
+        if isinstance(value, list):
+            fresh = [i for i in value if isinstance(i, dict) and str(i.get("id") or "") not in st.resumed]
+            if fresh:
+                st.interrupts = fresh
+
+    def _message_event(self, msg: dict[str, Any], st: _Run, *, accumulated: bool) -> list[ev.Event]:
+        mid = str(msg.get("id") or "_")
+        if st.before is not None and mid in st.before:
+            return []  # a message from an earlier turn
+        what = kind(msg)
+        if what == "tool":
+            return self._flush_calls(st) + self._tool_result(msg, st)
+        if what != "ai":
+            return []
+        out: list[ev.Event] = []
+        if any(key[0] != mid for key in st.calls):
+            out += self._flush_calls(st)
+        delta = is_chunk(msg) and not accumulated
+        text, think = split_content(msg.get("content"))
+        think = reasoning_of(msg) + think
+        out += self._piece(st.thought, mid, think, delta, ev.Think)
+        pieces = self._piece(st.shown, mid, text, delta, ev.Text)
+        if pieces and mid not in st.texted:
+            if st.texted:
+                out.append(ev.Text("\n\n"))  # the next model turn's answer (after a tool step)
+            st.texted.append(mid)
+        out += pieces
+        for i, chunk in enumerate((msg.get("tool_call_chunks") or []) if delta else []):
+            if isinstance(chunk, dict):
+                index = chunk.get("index")
+                call = st.calls.setdefault((mid, i if index is None else index), {"id": None, "name": None, "args": ""})
+                call["id"] = call["id"] or chunk.get("id")
+                call["name"] = call["name"] or chunk.get("name")
+                if isinstance(chunk.get("args"), str):
+                    call["args"] += chunk["args"]
+        if not delta:
+            for call in msg.get("tool_calls") or []:
+                if isinstance(call, dict) and call.get("id"):
+                    out += self._start(st, str(call["id"]), str(call.get("name") or "tool"),
+                                       call.get("args") if isinstance(call.get("args"), dict) else {})
+        usage = msg.get("usage_metadata")
+        if isinstance(usage, dict):
+            if delta and mid in st.usage:  # chunk usage adds up, as LangChain merges chunks
+                st.usage[mid] = {k: (st.usage[mid].get(k) or 0) + (v if isinstance(v, int) else 0)
+                                 for k, v in usage.items() if k.endswith("_tokens")}
+            else:
+                st.usage[mid] = dict(usage)
+        meta = msg.get("response_metadata") if isinstance(msg.get("response_metadata"), dict) else {}
+        if meta.get("finish_reason") or msg.get("chunk_position") == "last":
+            out += self._flush_calls(st)
+        return out
+
+    @staticmethod
+    def _piece(seen: dict[str, str], mid: str, text: str, delta: bool, make: type) -> list[ev.Event]:
+        """The new part of a message's text: the delta itself, or what a whole message adds to
+        what was shown (a rewrite of shown text is left alone)."""
+        if not text:
+            return []
+        shown = seen.get(mid, "")
+        if delta:
+            seen[mid] = shown + text
+            return [make(text)]
+        if not text.startswith(shown) or text == shown:
+            return []
+        seen[mid] = text
+        return [make(text[len(shown):])]
+
+    def _start(self, st: _Run, call_id: str, name: str, params: dict[str, Any]) -> list[ev.Event]:
+        if call_id in st.started or name == CLARIFY_TOOL:
+            return []
+        st.started.add(call_id)
+        return [ev.ToolStarted(call_id=call_id, name=name, parameters=params)]
+
+    def _flush_calls(self, st: _Run) -> list[ev.Event]:
+        """Tool calls whose arguments finished streaming: start them with the whole arguments."""
+        out: list[ev.Event] = []
+        for key, call in list(st.calls.items()):
+            del st.calls[key]
+            call_id = str(call["id"] or f"{key[0]}:{key[1]}")
+            out += self._start(st, call_id, str(call["name"] or "tool"), tool_input(call["args"]))
+        return out
+
+    def _tool_result(self, msg: dict[str, Any], st: _Run) -> list[ev.Event]:
+        name = str(msg.get("name") or "tool")
+        text = plain_text(msg.get("content"))
+        if name == CLARIFY_TOOL:
+            st.clarification = text.strip() or st.clarification
+            return []
+        call_id = str(msg.get("tool_call_id") or msg.get("id") or uuid.uuid4().hex)
+        return self._complete(st, call_id, name, maybe_json(text), text if msg.get("status") == "error" else None)
+
+    def _complete(self, st: _Run, call_id: str, name: str, result: Any, error: str | None) -> list[ev.Event]:
+        if call_id in st.completed:
+            return []
+        out = self._start(st, call_id, name, {})
+        st.completed.add(call_id)
+        return [*out, ev.ToolCompleted(call_id=call_id, name=name, result=result, error=error)]
+
+    def _custom(self, data: Any, st: _Run) -> list[ev.Event]:
+        """DeerFlow subagent tasks (``task_id`` is the ``task`` tool call's id) as tool steps."""
+        if not isinstance(data, dict) or not data.get("task_id"):
+            return []
+        kind_, call_id = str(data.get("type") or ""), str(data["task_id"])
+        if kind_ == "task_started":
+            label = str(data.get("description") or "").strip()
+            return self._start(st, call_id, f"subagent: {label}" if label else "subagent", {})
+        if kind_ not in const.TASK_END:
+            return []  # task_running: progress inside the subagent
+        out: list[ev.Event] = []
+        if isinstance(u := usage_from(data.get("usage"), prompt="input_tokens", completion="output_tokens"), ev.Usage):
+            out.append(u)  # the subagent's own model calls, not in the lead agent's messages
+        status = const.TASK_END[kind_]
+        error = None if status is None else f"subagent task {status}: {data.get('error') or ''}".rstrip(": ")
+        return out + self._complete(st, call_id, "task", data.get("result"), error)
+
+    def _finish(self, st: _Run, resumed: bool) -> list[ev.Event]:
+        if not st.events:
+            raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        out = self._flush_calls(st)
+        fresh = self._new_in_values(st) or st.updated
+        if not st.any_text:
+            # no message tuple carried text (a server without the messages mode): the run's own last answer
+            for msg in reversed(fresh):
+                text, _ = split_content(msg.get("content")) if kind(msg) == "ai" else ("", "")
+                if text.strip():
+                    out.append(ev.Text(text))
+                    st.texted.append(str(msg.get("id") or "_"))
+                    break
+        for msg in fresh:
+            if kind(msg) == "tool" and msg.get("name") == CLARIFY_TOOL and st.clarification is None:
+                st.clarification = plain_text(msg.get("content")).strip() or None
+            if kind(msg) == "ai" and msg.get("id") and str(msg["id"]) not in st.usage and isinstance(
+                    msg.get("usage_metadata"), dict):
+                st.usage[str(msg["id"])] = msg["usage_metadata"]
+        asks = [q for q in (st.clarification, *(question_text(i.get("value")) for i in st.interrupts)) if q]
+        if asks:
+            out.append(ev.Text(("\n\n" if st.any_text else "") + "\n\n".join(asks)))
+        for usage in st.usage.values():
+            if (u := usage_from(usage, prompt="input_tokens", completion="output_tokens")) is not None:
+                out.append(u)
+        if st.interrupts:
+            ids = [str(i.get("id") or "") for i in st.interrupts]
+            out.append(ev.SessionId({"thread_id": self.thread_id, "interrupts": ids,
+                                     "question": "\n\n".join(a for a in asks)[:2000]}))
+        elif resumed:
+            out.append(ev.SessionId(self.thread_id))  # the interrupt was answered
+        return out
+
+    @staticmethod
+    def _new_in_values(st: _Run) -> list[dict[str, Any]]:
+        """Messages of the last ``values`` that this run added (not in its first ``values``); else
+        (a stream without ``values``) what the nodes returned in ``updates``."""
+        if st.last_values is None or st.before is None:
+            return []
+        messages = st.last_values.get("messages")
+        return [m for m in messages if isinstance(m, dict) and str(m.get("id") or "") not in st.before] \
+            if isinstance(messages, list) else []
+
+    async def cancel(self) -> None:
+        """Cancel the run upstream (host cancel, deadline or idle timeout)."""
+        if self._done or not self.thread_id or not self.run_id or self.prefix is None:
+            return
+        path = const.CANCEL_PATH.format(thread_id=quote(self.thread_id, safe=""), run_id=quote(self.run_id, safe=""))
+        try:
+            await self.env.client.post(self.root + self.prefix + path, headers=self.headers, timeout=timeout_for(2.0))
+        except Exception:  # noqa: BLE001 - best effort on cancel
+            log.info("%s: could not cancel the run", self.platform)
+
+
+def _run_id(location: str | None) -> str | None:
+    """``/threads/{tid}/runs/{run_id}`` (DeerFlow: ``/api/threads/…``) → run_id."""
+    parts = [p for p in (location or "").split("?")[0].split("/") if p]
+    if len(parts) >= 2 and parts[-2] == "runs":
+        return parts[-1]
+    return None
+
+
+def _positive(value: Any, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default

@@ -1,0 +1,221 @@
+"""DeerFlowAgent against a real LangGraph API server — the protocol DeerFlow serves (opt-in:
+RUN_SLOW=1; see real-http-peers.md §1).
+
+- ``langgraph-cli[inmem]`` (pinned to the versions the shared fixtures were captured with) is
+  installed with ``uv`` into ``$LANGGRAPH_REAL_VENV`` (default
+  ``~/.cache/langbot-agent-runners/langgraph-0.16-venv``, about 150 MB; seconds with a warm uv
+  cache) on first use and reused once its marker says the install finished. When ``uv`` or the
+  install fails, the tests skip and say what failed.
+- ``langgraph dev`` (in-memory, no auth, no network) serves the graphs in ``langgraph_project/``
+  from a copy in tmp, on a free 127.0.0.1 port, in its own process group stopped by its PID.
+- ``api-base`` is the plain server root: no ``/api/langgraph`` prefix, as a LangGraph server (not a
+  DeerFlow nginx) serves it, so the plugin's prefix detection is exercised too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runners_cli.host import Identity, LocalHost
+from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.real_peers import peers
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(900)]
+
+LABEL = "LangGraph real peer"
+PACKAGES = [
+    "langgraph-cli[inmem]==0.4.40",
+    "langgraph-api==0.16.7",
+    "langgraph-runtime-inmem==0.36.7",
+    "langgraph==1.2.24",
+    "langchain-core==1.8.3",
+]
+PROJECT = Path(__file__).with_name("langgraph_project")
+START_TIMEOUT = 120.0
+TIMINGS: dict[str, float] = {}
+KEY = "deerflow.thread_id"
+
+
+def provide_langgraph() -> Path:
+    venv = peers.cached_path("LANGGRAPH_REAL_VENV", "langgraph-0.16-venv")
+    return peers.provide_venv(venv, PACKAGES, label=LABEL, command="langgraph", timeout=600, timings=TIMINGS)
+
+
+class Server:
+    def __init__(self, url: str):
+        self.url = url
+
+    def config(self, graph: str, **extra) -> dict:
+        return {"api-base": self.url + "/", "assistant-id": graph, **extra}
+
+    def get(self, path: str):
+        r = httpx.get(self.url + path, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def runs(self, thread_id: str) -> list[dict]:
+        return self.get(f"/threads/{thread_id}/runs")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    venv = provide_langgraph()
+    home = tmp_path_factory.mktemp("langgraph")
+    shutil.copytree(PROJECT, home / "project")
+    port = peers.free_port()
+    log = home / "langgraph.log"
+    out = open(log, "w", encoding="utf-8")
+    env = {**os.environ, "LANGGRAPH_CLI_NO_ANALYTICS": "1", "LANGSMITH_TRACING": "false", "NO_COLOR": "1"}
+    for name in ("LANGSMITH_API_KEY", "LANGGRAPH_API_KEY", "OPENAI_API_KEY"):
+        env.pop(name, None)
+    proc = subprocess.Popen(
+        [str(venv / "bin" / "langgraph"), "dev", "--no-browser", "--no-reload", "--host", peers.LOOPBACK,
+         "--port", str(port), "--n-jobs-per-worker", "4"],
+        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=home / "project", start_new_session=True,
+    )
+    try:
+        # `langgraph dev` silently moves to another port when the chosen one was taken meanwhile
+        started = time.monotonic()
+        while not (found := re.search(r"API: \S*http://127\.0\.0\.1:(\d+)", peers.tail(log, 200))):
+            if proc.poll() is not None or time.monotonic() - started > START_TIMEOUT:
+                pytest.fail(f"{LABEL}: langgraph dev did not announce its API:\n{peers.tail(log)}")
+            time.sleep(0.2)
+        url = f"http://{peers.LOOPBACK}:{found.group(1)}"
+        TIMINGS["start"] = peers.wait_until_up(proc, url + "/ok", log, LABEL, START_TIMEOUT)
+        peers.say("langgraph-real", f"langgraph dev answered /ok on {url} after {TIMINGS['start']:.1f}s")
+        yield Server(url)
+    finally:
+        peers.stop_group(proc)
+        out.close()
+        peers.say("langgraph-real", f"timings: { {k: round(v, 2) for k, v in TIMINGS.items()} }")
+
+
+def _host() -> LocalHost:
+    return LocalHost(runner_id="plugin:langbot-team/DeerFlowAgent/default")
+
+
+def _thread(results) -> str:
+    """The thread id the run stored (the stored value may be a record holding it)."""
+    (stored,) = [v for k, v in state_updates(results).items() if k.startswith(KEY)]
+    return stored["thread_id"] if isinstance(stored, dict) else stored
+
+
+async def test_streamed_answer_reasoning_and_usage(server):
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    ctx = host.make_context("hello there", config=server.config("chat"))
+    started = time.monotonic()
+    stamped = []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        stamped.append((time.monotonic() - started, r))
+    results = [r for _, r in stamped]
+    end = terminal(results)
+    assert rtype(end) == "run.completed", end.data
+    text = final_text(results)
+    assert text.endswith("Turn 1: you said hello there"), text
+    assert "<think>" in text and "Thinking it over." in text, "reasoning_content is shown as a think block"
+    shown = [d for d in deltas(results) if d]
+    assert len(shown) >= 2 and shown[0] != shown[-1], shown
+    first = next(t for t, r in stamped if rtype(r) == "message.delta")
+    assert first < stamped[-1][0] - 0.3, "text reached the chat while the model was still generating"
+    assert end.usage is not None and end.usage.completion_tokens == 7 and end.usage.prompt_tokens, end.usage
+    thread_id = _thread(results)
+    assert server.get(f"/threads/{thread_id}")["status"] == "idle"
+    TIMINGS["first_delta"] = first
+
+
+async def test_second_turn_continues_the_thread_without_replaying_turn_one(server):
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    ident = Identity(conversation_id="lg-conv-2", actor_id="alice")
+    first = await run(runner, host, "remember pineapple", config=server.config("chat"), identity=ident)
+    assert final_text(first).endswith("Turn 1: you said remember pineapple")
+    thread_id = _thread(first)
+    second = await run(runner, host, "what did I say?", config=server.config("chat"), identity=ident)
+    assert rtype(terminal(second)) == "run.completed", terminal(second).data
+    text = final_text(second)
+    assert text.endswith("Turn 2: you said what did I say?"), text
+    assert "Turn 1" not in text and "pineapple" not in text, "an earlier turn's answer is never replayed"
+    assert state_updates(second) == {}, "the stored thread is kept"
+    values = server.get(f"/threads/{thread_id}/state")["values"]["messages"]
+    assert [m["type"] for m in values] == ["human", "ai", "human", "ai"]
+
+
+async def test_tool_step_is_shown_and_the_answer_uses_it(server):
+    host = _host()
+    results = await run(make_runner("deerflow-agent", host), host, "weather in Paris", config=server.config("tools"))
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    started = [r.data for r in results if rtype(r) == "tool.call.started"]
+    done = [r.data for r in results if rtype(r) == "tool.call.completed"]
+    assert len(started) == 1 and len(done) == 1, (started, done)
+    assert "lookup" in str(started[0]) and "Paris" in str(started[0]), started[0]
+    assert "Paris is sunny, 21 degrees" in str(done[0]), done[0]
+    assert final_text(results).endswith("The lookup tool says: Paris is sunny, 21 degrees")
+
+
+async def test_an_interrupt_is_asked_and_the_next_message_resumes_it(server):
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    ident = Identity(conversation_id="lg-conv-ask", actor_id="bob")
+    asked = await run(runner, host, "what's the weather?", config=server.config("ask"), identity=ident)
+    assert rtype(terminal(asked)) == "run.completed", terminal(asked).data
+    assert "Which city do you mean?" in final_text(asked)
+    thread_id = _thread(asked)
+    assert server.get(f"/threads/{thread_id}")["status"] == "interrupted"
+    answered = await run(runner, host, "Paris", config=server.config("ask"), identity=ident)
+    assert rtype(terminal(answered)) == "run.completed", terminal(answered).data
+    assert final_text(answered).endswith("you said The city is Paris"), final_text(answered)
+    assert server.get(f"/threads/{thread_id}")["status"] == "idle"
+    values = server.get(f"/threads/{thread_id}/state")["values"]["messages"]
+    assert [m["content"] for m in values if m["type"] == "human"] == ["what's the weather?", "The city is Paris"], \
+        "the reply resumed the interrupt instead of starting a new turn"
+
+
+async def test_a_failing_graph_is_a_clear_failure(server):
+    host = _host()
+    results = await run(make_runner("deerflow-agent", host), host, "hi", config=server.config("boom"))
+    code, retryable, message = failure(results)
+    assert code.startswith("upstream."), code
+    assert "boom: the graph failed on purpose" in message, message
+
+
+async def test_unknown_assistant_is_explained_not_retried_on_fresh_threads(server):
+    host = _host()
+    results = await run(make_runner("deerflow-agent", host), host, "hi", config=server.config("no-such-graph"))
+    code, _, message = failure(results)
+    assert code in {"config.invalid", "upstream.not_found"}, code
+    assert "no-such-graph" in message or "assistant" in message.lower(), message
+
+
+async def test_host_cancel_cancels_the_run_on_the_server(server):
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    ctx = host.make_context("go slowly", config=server.config("slow"))
+    gen = runner.invoke(ctx)
+    seen = []
+    async for r in gen:
+        host.apply_result(ctx.run_id, r)
+        seen.append(r)
+        if rtype(r) == "message.delta" and "w1" in r.data["chunk"]["all_content"]:
+            break  # the answer itself is streaming
+    await gen.aclose()
+    thread_id = _thread(seen)
+    deadline = time.monotonic() + 10
+    while True:
+        statuses = [run_["status"] for run_ in server.runs(thread_id)]
+        if statuses and "running" not in statuses and "pending" not in statuses:
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"the slow run was not cancelled on the server: {statuses}")
+        await asyncio.sleep(0.2)
+    assert statuses == ["interrupted"], statuses
