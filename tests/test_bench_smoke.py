@@ -6,13 +6,16 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from runners_cli.plugins import ROOT, discover
 
 
+@pytest.mark.timeout(600)  # about 20 s per plugin on two cores
 def test_bench_quick_writes_every_section(tmp_path) -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--quick", "--no-profile", "--out", str(tmp_path)],
-        capture_output=True, text=True, timeout=240, cwd=str(ROOT),
+        capture_output=True, text=True, timeout=540, cwd=str(ROOT),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "| Figure | Plugin | Measured |" in proc.stdout  # the table is printed
