@@ -69,40 +69,53 @@ class StreamPolicy:
         )
 
 
+class ThinkSplitter:
+    """Splits streamed text at ``<think>``/``</think>`` markers into ``(is_think, piece)`` parts, in
+    order; a marker split across pieces is held back until the next piece shows what it is. The
+    line break after a closing marker is dropped (the answer starts after the block)."""
+
+    def __init__(self) -> None:
+        self.inside = False
+        self._hold = ""
+
+    def feed(self, piece: str) -> list[tuple[bool, str]]:
+        text = self._hold + piece
+        self._hold = ""
+        out: list[tuple[bool, str]] = []
+        while text:
+            tag = THINK_CLOSE if self.inside else THINK_OPEN
+            idx = text.find(tag)
+            if idx < 0:
+                keep = _partial_suffix(text, tag)
+                if len(text) > keep:
+                    out.append((self.inside, text[: len(text) - keep]))
+                self._hold = text[len(text) - keep :]
+                break
+            if idx:
+                out.append((self.inside, text[:idx]))
+            text = text[idx + len(tag) :]
+            self.inside = not self.inside
+            if not self.inside:
+                text = text.lstrip("\n")
+        return out
+
+    def flush(self) -> list[tuple[bool, str]]:
+        """The end of the text: a held partial marker was content after all."""
+        held, self._hold = self._hold, ""
+        return [(self.inside, held)] if held else []
+
+
 class ThinkFilter:
     """Removes ``<think>…</think>`` spans from streamed text, tags split across pieces included."""
 
     def __init__(self) -> None:
-        self._inside = False
-        self._hold = ""
+        self._split = ThinkSplitter()
 
     def feed(self, piece: str) -> str:
-        text = self._hold + piece
-        self._hold = ""
-        out: list[str] = []
-        while text:
-            tag = THINK_CLOSE if self._inside else THINK_OPEN
-            idx = text.find(tag)
-            if idx >= 0:
-                if not self._inside:
-                    out.append(text[:idx])
-                text = text[idx + len(tag) :]
-                self._inside = not self._inside
-                if not self._inside:
-                    text = text.lstrip("\n")
-                continue
-            # keep a possible partial tag at the end for the next piece
-            keep = _partial_suffix(text, tag)
-            body = text[: len(text) - keep]
-            if not self._inside:
-                out.append(body)
-            self._hold = text[len(text) - keep :]
-            break
-        return "".join(out)
+        return "".join(text for think, text in self._split.feed(piece) if not think)
 
     def flush(self) -> str:
-        held, self._hold = self._hold, ""
-        return "" if self._inside else held
+        return "".join(text for think, text in self._split.flush() if not think)
 
 
 def _partial_suffix(text: str, tag: str) -> int:

@@ -168,3 +168,12 @@ def test_preamble_comes_first_and_is_not_an_answer():
     assert not b.has_output and b.final_message() is None
     b.add_text("hi")
     assert b.final_message().data["message"]["content"] == "(new conversation)\n\nhi"
+
+
+def test_think_splitter_orders_parts_and_holds_split_markers():
+    from runner_kit.results import ThinkSplitter
+
+    s = ThinkSplitter()
+    parts = s.feed("Hi <th") + s.feed("ink>pondering</thi") + s.feed("nk>\nAnswer <") + s.flush()
+    assert parts == [(False, "Hi "), (True, "pondering"), (False, "Answer "), (False, "<")]
+    assert not s.inside
