@@ -99,7 +99,17 @@ class NoReply:
     failing with ``upstream.empty_response``."""
 
 
+@dataclass(slots=True)
+class Meta:
+    """A small scalar fact about this run for whoever reads the stored answer (for example the
+    platform's run id, so an operator can open its run record). It rides on the complete message's
+    ``provider_specific_fields``; the chat never shows it."""
+
+    key: str
+    value: str | int | float | bool | None
+
+
 Event = (
     Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
-    | NoReply
+    | NoReply | Meta
 )

@@ -184,6 +184,7 @@ class ResultBuilder:
         self.deltas_sent = 0
         self.finished = False
         self.no_reply = False  # the upstream asked for the run to end without a message
+        self.meta: dict[str, Any] = {}  # ev.Meta facts, carried on the complete message
 
     # --- accumulating ---------------------------------------------------------------------------
 
@@ -424,7 +425,8 @@ class ResultBuilder:
                     content.append({"type": "file_url", "file_url": att.url, "file_name": att.name})
         else:
             content = text
-        return RunnerResult.message_completed(self.run_id, Message(role="assistant", content=content))
+        extra = {"provider_specific_fields": dict(self.meta)} if self.meta else {}
+        return RunnerResult.message_completed(self.run_id, Message(role="assistant", content=content, **extra))
 
     def completed(self, usage: UsageTotals, finish_reason: str = "stop") -> RunnerResult:
         self.finished = True

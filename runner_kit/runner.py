@@ -409,6 +409,8 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
             out.append(builder.log(env.redact(t), level))
         case ev.NoReply():
             builder.no_reply = True
+        case ev.Meta(key=k, value=v):
+            builder.meta[k] = v
         case _:
             get_logger("runner_kit.run").debug("ignoring unknown adapter event %r", type(item))
     return [r for r in out if r is not None]

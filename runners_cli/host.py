@@ -1,7 +1,9 @@
 """A local LangBot host: implements the plugin-runtime ``call_action`` side of the published SDK
 with the real host's response shapes and error strings (host-contract.md §3), records every call,
-and applies ``state.updated`` results the way LangBot does. Used by ``runners chat`` (state in a
-SQLite file) and by the test suite (state in memory).
+applies ``state.updated`` results the way LangBot does, and keeps each conversation's transcript
+(every user message when its run starts, every run's first completed assistant message) that
+``history_page`` serves in LangBot's shape. Used by ``runners chat`` (state and transcript in a
+SQLite file, so the next process sees earlier turns) and by the test suite (in memory).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from langbot_plugin.entities.io.errors import ActionCallError
 
 SCOPES = ("conversation", "actor", "subject", "runner")
 MAX_STATE_VALUE = 256 * 1024
+# LangBot 4.11.2's TranscriptStore: content is cut to 4000 characters, a page holds at most 100 items
+MAX_TRANSCRIPT_CONTENT = 4000
+HISTORY_HARD_LIMIT = 100
 
 
 class StateStore:
@@ -30,6 +35,15 @@ class StateStore:
         self._db = sqlite3.connect(str(path) if path else ":memory:")
         self._db.execute("CREATE TABLE IF NOT EXISTS state (scope_key TEXT, key TEXT, value TEXT, PRIMARY KEY (scope_key, key))")
         self._db.execute("CREATE TABLE IF NOT EXISTS storage (key TEXT PRIMARY KEY, value BLOB)")
+        # the conversation transcript LangBot keeps and serves through history_page; seq is the
+        # row id (one counter for all conversations, like LangBot's), the cursor is str(seq).
+        # ``seeded`` rows were handed to ``LocalHost.history`` by a test and belong to every scope.
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS transcript (seq INTEGER PRIMARY KEY AUTOINCREMENT, transcript_id TEXT,"
+            " event_id TEXT, conversation_id TEXT, bot_id TEXT, workspace_id TEXT, thread_id TEXT, role TEXT,"
+            " item_type TEXT, content TEXT, content_json TEXT, attachment_refs_json TEXT, run_id TEXT,"
+            " runner_id TEXT, created_at INTEGER, metadata_json TEXT, seeded INTEGER DEFAULT 0)"
+        )
         self._db.commit()
 
     def get(self, scope_key: str, key: str) -> Any:
@@ -76,8 +90,149 @@ class StateStore:
     def storage_keys(self) -> list[str]:
         return [r[0] for r in self._db.execute("SELECT key FROM storage ORDER BY key").fetchall()]
 
+    # conversation transcript (LangBot's TranscriptStore)
+    def append_transcript(self, item: dict[str, Any], *, seeded: bool = False) -> int:
+        """Store one transcript item (a TranscriptItem-shaped dict); returns its seq."""
+        content = item.get("content")
+        if isinstance(content, str) and len(content) > MAX_TRANSCRIPT_CONTENT:
+            content = content[: MAX_TRANSCRIPT_CONTENT - 3] + "..."
+
+        def dumped(key: str) -> str | None:
+            value = item.get(key)
+            return json.dumps(value, ensure_ascii=False) if value else None
+
+        cur = self._db.execute(
+            "INSERT INTO transcript (seq, transcript_id, event_id, conversation_id, bot_id, workspace_id, thread_id,"
+            " role, item_type, content, content_json, attachment_refs_json, run_id, runner_id, created_at,"
+            " metadata_json, seeded) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                item.get("seq") if seeded else None,
+                item.get("transcript_id") or str(uuid.uuid4()),
+                item.get("event_id") or str(uuid.uuid4()),
+                item.get("conversation_id"),
+                item.get("bot_id"),
+                item.get("workspace_id"),
+                item.get("thread_id"),
+                item.get("role"),
+                item.get("item_type") or "message",
+                content,
+                dumped("content_json"),
+                dumped("attachment_refs"),
+                item.get("run_id"),
+                item.get("runner_id"),
+                int(item.get("created_at") or time.time()),
+                dumped("metadata"),
+                int(seeded),
+            ),
+        )
+        self._db.commit()
+        return int(cur.lastrowid)
+
+    def page_transcript(
+        self,
+        scope: dict[str, str | None],
+        *,
+        before_seq: int | None = None,
+        after_seq: int | None = None,
+        limit: int = 50,
+        direction: str = "backward",
+        include_attachments: bool = False,
+    ) -> tuple[list[dict[str, Any]], int | None, int | None, bool]:
+        """LangBot's ``page_transcript``: (items, next_seq, prev_seq, has_more). ``scope`` holds
+        conversation_id/bot_id/workspace_id/thread_id (thread compared strictly, NULL included);
+        Without a cursor both directions list newest first, as LangBot does."""
+        limit = min(int(limit), HISTORY_HARD_LIMIT)
+        parts, args = ["conversation_id=?"], [scope["conversation_id"]]
+        for column in ("bot_id", "workspace_id", "thread_id"):
+            value = scope.get(column)
+            if value is not None:
+                parts.append(f"{column}=?")
+                args.append(value)
+            elif column == "thread_id":  # LangBot compares the thread strictly
+                parts.append("thread_id IS NULL")
+        where = [f"(seeded=1 OR ({' AND '.join(parts)}))"]
+        if direction == "backward" and before_seq is not None:
+            where.append("seq<?")
+            args.append(before_seq)
+            order = "DESC"
+        elif direction == "forward" and after_seq is not None:
+            where.append("seq>?")
+            args.append(after_seq)
+            order = "ASC"
+        else:
+            order = "DESC"
+        found = self._transcript_rows(
+            f"SELECT * FROM transcript WHERE {' AND '.join(where)} ORDER BY seq {order} LIMIT ?", (*args, limit + 1)
+        )
+        items = [_transcript_item(row, include_attachments) for row in found[:limit]]
+        has_more = len(found) > limit
+        next_seq = items[-1]["seq"] if items and has_more else None
+        prev_seq = items[0]["seq"] if items else None
+        return items, next_seq, prev_seq, has_more
+
+    def transcript(self) -> list[dict[str, Any]]:
+        """Every stored transcript item, oldest first."""
+        return [_transcript_item(row, True) for row in self._transcript_rows("SELECT * FROM transcript ORDER BY seq")]
+
+    def _transcript_rows(self, sql: str, args: tuple = ()) -> list[dict[str, Any]]:
+        cur = self._db.cursor()
+        cur.row_factory = sqlite3.Row
+        return [dict(row) for row in cur.execute(sql, args).fetchall()]
+
+    def reset_transcript(self, conversation_id: str | None = None) -> None:
+        """Forget one conversation's transcript (all of it when None), like a LangBot context reset."""
+        if conversation_id is None:
+            self._db.execute("DELETE FROM transcript")
+        else:
+            self._db.execute("DELETE FROM transcript WHERE conversation_id=?", (conversation_id,))
+        self._db.commit()
+
     def close(self) -> None:
         self._db.close()
+
+
+def _redacted(item: Any, *fields: str) -> Any:
+    """LangBot keeps no inline bytes in the transcript: base64 bodies (and an attachment's
+    ``content``) become None with ``content_redacted: true``."""
+    if hasattr(item, "model_dump"):
+        item = item.model_dump(mode="json")
+    if not isinstance(item, dict):
+        return item
+    out = dict(item)
+    for key in (*fields, "image_base64", "file_base64", "base64"):
+        if out.get(key):
+            out[key] = None
+            out["content_redacted"] = True
+    url = out.get("image_url")
+    if isinstance(url, dict) and str(url.get("url", "")).startswith("data:"):
+        out["image_url"] = {**url, "url": None}
+        out["content_redacted"] = True
+    return out
+
+
+def _transcript_item(row: dict[str, Any], include_attachments: bool) -> dict[str, Any]:
+    """A transcript row as LangBot's ``_row_to_dict`` returns it (the SDK's TranscriptItem)."""
+
+    def loaded(column: str) -> Any:
+        return json.loads(row[column]) if row.get(column) else None
+
+    return {
+        "transcript_id": row["transcript_id"],
+        "event_id": row["event_id"],
+        "bot_id": row["bot_id"],
+        "workspace_id": row["workspace_id"],
+        "conversation_id": row["conversation_id"],
+        "thread_id": row["thread_id"],
+        "role": row["role"],
+        "item_type": row["item_type"],
+        "content": row["content"],
+        "content_json": loaded("content_json"),
+        "seq": row["seq"],
+        "cursor": str(row["seq"]),
+        "created_at": row["created_at"],
+        "metadata": loaded("metadata_json") or {},
+        "attachment_refs": (loaded("attachment_refs_json") or []) if include_attachments else [],
+    }
 
 
 @dataclass
@@ -109,11 +264,61 @@ class LocalHost:
     runner_id: str = "plugin:langbot-team/Test/default"
     calls: list[Call] = field(default_factory=list)
     steering: deque[dict[str, Any]] = field(default_factory=deque)
-    history: list[dict[str, Any]] = field(default_factory=list)
     prompt: list[dict[str, Any]] = field(default_factory=list)
     tool_results: dict[str, Any] = field(default_factory=dict)
     kb_results: list[dict[str, Any]] = field(default_factory=list)
     _runs: dict[str, Identity] = field(default_factory=dict)
+    _answered: set[str] = field(default_factory=set)  # runs whose assistant message is in the transcript
+
+    # --- conversation transcript (what history_page serves) --------------------------------
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Every transcript item the host holds, oldest first (the SQLite file's, when there is one)."""
+        return self.store.transcript()
+
+    @history.setter
+    def history(self, items: list[dict[str, Any]]) -> None:
+        """Replace the transcript with ``items`` (TranscriptItem dicts; ``seq`` kept when given).
+        Items without a ``conversation_id`` are served to every conversation."""
+        self.store.reset_transcript()
+        for item in items:
+            self.store.append_transcript(item, seeded=not item.get("conversation_id"))
+
+    @staticmethod
+    def _transcript_scope(ident: Identity) -> dict[str, str | None]:
+        return {"conversation_id": ident.conversation_id, "bot_id": ident.bot_id,
+                "workspace_id": ident.workspace_id, "thread_id": ident.thread_id}
+
+    def _record_user(self, ident: Identity, event_id: str, text: str, contents: list, attachments: list) -> None:
+        """LangBot writes the user's message before it invokes the runner, so a run's own message
+        is already on the page it reads."""
+        self.store.append_transcript({
+            **self._transcript_scope(ident), "event_id": event_id, "role": "user", "content": text,
+            "content_json": {"role": "user", "content": [_redacted(c) for c in contents]},
+            "attachment_refs": [_redacted(a, "content") for a in attachments],
+            "metadata": {"actor_type": ident.actor_type if ident.actor_id else None, "actor_id": ident.actor_id},
+        })
+
+    def _record_assistant(self, run_id: str, ident: Identity, result: Any, rtype: str) -> None:
+        """The first completed assistant message of a run (``message.completed``, or a
+        ``run.completed`` carrying one) goes into the transcript, once, as LangBot's orchestrator does."""
+        message = (result.data or {}).get("message") if isinstance(result.data, dict) else None
+        if rtype not in ("message.completed", "run.completed") or not message or run_id in self._answered:
+            return
+        if not isinstance(message, dict):
+            message = message.model_dump(mode="json") if hasattr(message, "model_dump") else {"content": str(message)}
+        self._answered.add(run_id)
+        body = message.get("content")
+        if isinstance(body, list):
+            texts = [c.get("text", "") for c in body if isinstance(c, dict) and c.get("type") == "text"]
+            body = " ".join(texts) if texts else None
+        elif not isinstance(body, str):
+            body = None
+        self.store.append_transcript({
+            **self._transcript_scope(ident), "role": "assistant", "content": body, "content_json": message,
+            "run_id": run_id, "runner_id": self.runner_id, "metadata": {"run_id": run_id, "runner_id": self.runner_id},
+        })
 
     # --- context ----------------------------------------------------------------------------
 
@@ -159,6 +364,10 @@ class LocalHost:
             state[scope] = self.store.snapshot(sk) if sk else {}
         if ident.conversation_id:
             state["conversation"].setdefault("external.conversation_id", ident.conversation_id)
+        event_id = str(uuid.uuid4())
+        contents = contents if contents is not None else ([{"type": "text", "text": text}] if text else [])
+        if ident.conversation_id:
+            self._record_user(ident, event_id, text, contents, attachments or [])
         conv = None
         if ident.conversation_id:
             conv = {
@@ -174,7 +383,7 @@ class LocalHost:
             "run_id": run_id,
             "trigger": {"type": "message.received", "source": "platform", "timestamp": int(time.time())},
             "event": {
-                "event_id": str(uuid.uuid4()),
+                "event_id": event_id,
                 "event_type": "message.received",
                 "event_time": int(time.time()),
                 "source": "platform",
@@ -185,7 +394,7 @@ class LocalHost:
             else None,
             "input": {
                 "text": text,
-                "contents": contents if contents is not None else ([{"type": "text", "text": text}] if text else []),
+                "contents": contents,
                 "attachments": attachments or [],
             },
             # a pipeline delivers automatically; agent debug (surface webui) does not
@@ -216,11 +425,14 @@ class LocalHost:
     # --- result side (what the orchestrator does with results) -----------------------------
 
     def apply_result(self, run_id: str, result: Any) -> None:
-        """Persist ``state.updated`` like LangBot (invalid scopes/identities are dropped)."""
+        """Persist ``state.updated`` like LangBot (invalid scopes/identities are dropped) and put the
+        run's completed assistant message into the conversation transcript."""
         rtype = getattr(result.type, "value", result.type)
+        ident = self._runs.get(run_id)
+        if ident is not None and ident.conversation_id:
+            self._record_assistant(run_id, ident, result, rtype)
         if rtype != "state.updated":
             return
-        ident = self._runs.get(run_id)
         data = result.data
         scope = data.get("scope")
         if ident is None or scope not in SCOPES:
@@ -234,9 +446,12 @@ class LocalHost:
             return
 
     def reset_conversation(self, identity: Identity | None = None) -> None:
-        sk = self.scope_key(identity or Identity(), "conversation")
+        ident = identity or Identity()
+        sk = self.scope_key(ident, "conversation")
         if sk:
             self.store.reset(sk)
+        if ident.conversation_id:  # LangBot's context reset hides the earlier history too
+            self.store.reset_transcript(ident.conversation_id)
 
     # --- the plugin-runtime handler interface --------------------------------------------------
 
@@ -290,9 +505,7 @@ class LocalHost:
                 items.append(self.steering.popleft())
             return {"items": items}
         if name == "history_page":
-            limit = int(data.get("limit") or 50)
-            items = self.history[-limit:]
-            return {"items": items, "next_cursor": None, "prev_cursor": None, "has_more": len(self.history) > limit}
+            return self._history_page(ident, data)
         if name == "get_prompt":
             return {"prompt": list(self.prompt)}
         if name == "call_tool":
@@ -303,6 +516,28 @@ class LocalHost:
         if name == "retrieve_knowledge_base":
             return {"results": list(self.kb_results)}
         raise ActionCallError(f"Unsupported action: {name}")
+
+    def _history_page(self, ident: Identity, data: dict[str, Any]) -> dict[str, Any]:
+        """LangBot 4.11.2's HISTORY_PAGE handler over this host's transcript."""
+        asked = data.get("conversation_id")
+        if asked:
+            if not ident.conversation_id:
+                raise ActionCallError("History page is not available without a run conversation")
+            if asked != ident.conversation_id:
+                raise ActionCallError(f"Conversation {asked} is not accessible by this run")
+        if not ident.conversation_id:
+            return {"items": [], "next_cursor": None, "prev_cursor": None, "has_more": False}
+        try:
+            before = int(data["before_cursor"]) if data.get("before_cursor") else None
+            after = int(data["after_cursor"]) if data.get("after_cursor") else None
+        except ValueError as exc:
+            raise ActionCallError(f"History page error: {exc}") from None
+        items, next_seq, prev_seq, has_more = self.store.page_transcript(
+            self._transcript_scope(ident), before_seq=before, after_seq=after, limit=data.get("limit", 50),
+            direction=data.get("direction", "backward"), include_attachments=bool(data.get("include_attachments")),
+        )
+        return {"items": items, "next_cursor": str(next_seq) if next_seq else None,
+                "prev_cursor": str(prev_seq) if prev_seq else None, "has_more": has_more}
 
     def call_action_generator(self, action: Any, data: dict[str, Any], timeout: float = 15.0):
         raise ActionCallError("LLM streaming is not available in the local host")

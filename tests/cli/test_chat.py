@@ -86,6 +86,30 @@ def test_chat_twice_continues_the_conversation(fake_dify, tmp_path: Path) -> Non
         assert conv_id in fake_dify.conversations
 
 
+async def test_chat_keeps_the_transcript_for_the_next_process(fake_dify, tmp_path: Path) -> None:
+    """Every user message and completed answer goes into the state file, so the next `runners chat`
+    process's history_page (LangBot's shape, newest first) already holds turn one."""
+    state = tmp_path / "s.sqlite"
+    base = ["dify-agent", "--set", f"base-url={fake_dify.base_url}", "--set", f"api-key={API_KEY}",
+            "--state", str(state)]
+    first = _chat(*base, "-m", "my name is Ada")
+    assert first.returncode == 0, first.stderr
+    answer = first.stdout.strip()
+    host = LocalHost(store=StateStore(state))
+    ctx = host.make_context("what is my name?", identity=Identity(conversation_id="cli", actor_id="cli"))
+    page = await host.call_action("history_page", {"run_id": ctx.run_id, "limit": 50})
+    assert [(i["role"], i["content"]) for i in page["items"]] == [
+        ("user", "what is my name?"), ("assistant", answer), ("user", "my name is Ada")]
+    host.store.close()
+
+    second = _chat(*base, "-m", "and now?", "--conversation", "other")
+    assert second.returncode == 0, second.stderr
+    again = LocalHost(store=StateStore(state))
+    by_conv = [(i["conversation_id"], i["role"], i["content"]) for i in again.history]
+    assert by_conv[:2] == [("cli", "user", "my name is Ada"), ("cli", "assistant", answer)]
+    assert ("other", "user", "and now?") in by_conv and ("other", "assistant", second.stdout.strip()) in by_conv
+
+
 def test_chat_repl_reads_turns_until_exit(fake_dify, tmp_path: Path) -> None:
     proc = _chat(
         "dify-agent", "--set", f"base-url={fake_dify.base_url}", "--set", f"api-key={API_KEY}",

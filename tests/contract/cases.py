@@ -154,6 +154,7 @@ PLUGIN_CASE_MODULES: dict[str, str] = {
     "dashscope-agent": "case_dashscope_agent",
     "deerflow-agent": "case_deerflow_agent",
     "langflow-agent": "case_langflow_agent",
+    "licos-agent": "case_licos_agent",
     "n8n-agent": "case_n8n_agent",
     "tbox-agent": "case_tbox_agent",
     "weknora-agent": "case_weknora_agent",

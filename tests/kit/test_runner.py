@@ -237,3 +237,14 @@ async def test_no_reply_completes_quietly_but_failures_still_fail():
 
     r, host, _ = make([ev.NoReply(), boom(RunnerError("upstream.error", "the workflow failed"))])
     assert failure(await run(r, host))[0] == "upstream.error"
+
+
+async def test_meta_rides_on_the_complete_message_not_in_the_chat_text():
+    r, host, _ = make([ev.Meta("run_id", "r-42"), ev.Text("answer")])
+    results = await run(r, host)
+    assert final_text(results) == "answer"
+    (done,) = [x for x in results if x.type == "message.completed"]
+    assert done.data["message"]["provider_specific_fields"] == {"run_id": "r-42"}
+    r, host, _ = make([ev.Text("plain")])
+    (done,) = [x for x in await run(r, host) if x.type == "message.completed"]
+    assert "provider_specific_fields" not in done.data["message"] or not done.data["message"]["provider_specific_fields"]

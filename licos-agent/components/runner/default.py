@@ -1,0 +1,23 @@
+"""LicosAgent runner: the kit's runner driven by the LICOS adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    from runner_kit.config import ConfigSchema
+    from runner_kit.runner import KitRunner
+except ImportError as exc:  # packaged without the shared kit
+    raise ImportError(
+        "LicosAgent is missing its bundled runner_kit. Build the plugin from the langbot-agent-runners "
+        "repository with `uv run runners build licos-agent` (plain `lbp build` does not include the kit)."
+    ) from exc
+
+from licos_agent.adapter import LicosAdapter
+
+
+class LicosAgentRunner(KitRunner):
+    """Answers with LICOS."""
+
+    adapter = LicosAdapter
+    schema = ConfigSchema.from_yaml(Path(__file__).with_suffix(".yaml"))

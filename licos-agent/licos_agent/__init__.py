@@ -1,0 +1,1 @@
+"""LICOS adapter for the LicosAgent LangBot runner."""

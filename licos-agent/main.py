@@ -1,0 +1,12 @@
+"""LicosAgent plugin entry point."""
+
+from __future__ import annotations
+
+from langbot_plugin.api.definition.plugin import BasePlugin
+
+
+class LicosAgentPlugin(BasePlugin):
+    """Binds LICOS to LangBot as an agent runner."""
+
+    async def initialize(self) -> None:
+        pass
