@@ -118,6 +118,7 @@ class DeerFlowAdapter(Adapter):
         cfg = env.config
         self.root, self.prefixes = api_location(cfg.get("api-base"))
         self.prefix: str | None = self.prefixes[0] if len(self.prefixes) == 1 else _PREFIXES.get(self.root)
+        self._confirmed = False
         self.assistant = str(cfg.get("assistant-id") or "").strip() or const.DEFAULT_ASSISTANT
         self.headers: dict[str, str] = {}
         auth = str(cfg.get("auth-header") or "").strip()
@@ -139,8 +140,15 @@ class DeerFlowAdapter(Adapter):
     async def _open(
         self, method: str, path: str, on_error: Callable[[int, bytes, str], Exception], **kw: Any
     ) -> AsyncIterator[httpx.Response]:
-        """``open_stream`` on the API; while the prefix is unknown, each candidate in turn."""
-        tries = (self.prefix,) if self.prefix is not None else self.prefixes
+        """``open_stream`` on the API; while the prefix is unknown, each candidate in turn. A prefix
+        remembered from an earlier run is tried first, but the others still follow it: the server at
+        that address may have changed (DeerFlow replaced by a plain LangGraph server, say)."""
+        if self.prefix is None:
+            tries = self.prefixes
+        elif self._confirmed or len(self.prefixes) == 1:
+            tries = (self.prefix,)
+        else:
+            tries = (self.prefix, *(p for p in self.prefixes if p != self.prefix))
         probing = len(tries) > 1
 
         def parser(status: int, body: bytes, ctype: str) -> Exception:
@@ -159,6 +167,7 @@ class DeerFlowAdapter(Adapter):
                 continue
             async with stack:
                 self.prefix = prefix
+                self._confirmed = True  # answered in this run: later requests of the run go straight there
                 if probing:
                     _PREFIXES[self.root] = prefix
                 yield resp

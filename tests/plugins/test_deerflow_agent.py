@@ -531,3 +531,15 @@ async def test_a_lost_thread_is_noticed_in_the_first_run_after_a_restart(srv, ho
     second = await run(runner, host, config=cfg(srv))
     assert final_text(second).startswith("(The previous conversation could not be continued")
     assert list(srv.threads) == [state_updates(first)[THREAD]]
+
+
+async def test_a_remembered_prefix_that_no_longer_answers_is_probed_again(host, runner):
+    """The process remembers each address's API prefix; when a plain LangGraph server now answers
+    where DeerFlow did (same address, new server), the runner finds the new prefix by itself."""
+    import sys
+
+    with FakeDeerFlow(api_key=KEY, flavor="langgraph") as lg:
+        prefixes = sys.modules[type(runner).adapter.__module__]._PREFIXES
+        prefixes[lg.root_url] = "/api/langgraph"  # what a DeerFlow at this address left behind
+        assert final_text(await run(runner, host, config=cfg(lg))) == ANSWER
+        assert prefixes[lg.root_url] == ""
