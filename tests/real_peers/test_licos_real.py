@@ -204,10 +204,10 @@ def peers_log_hint(results) -> list:
 
 
 def _run_ids(results) -> set[str]:
-    """Every 32-hex id the completed run reported (the LICOS run id is one of them)."""
-    end = terminal(results)
-    usage = end.usage.model_dump() if end.usage is not None else None
-    return set(re.findall(r"\b[0-9a-f]{32}\b", json.dumps([end.data, usage], default=str)))
+    """The LICOS run id the complete answer carries (``provider_specific_fields.licos_run_id``)."""
+    done = [r for r in results if rtype(r) in ("message.completed", "run.completed") and r.data.get("message")]
+    fields = [(r.data["message"].get("provider_specific_fields") or {}) for r in done]
+    return {f["licos_run_id"] for f in fields if isinstance(f.get("licos_run_id"), str)}
 
 
 # --- legacy protocol, no platform ------------------------------------------------------------
