@@ -109,7 +109,17 @@ class Meta:
     value: str | int | float | bool | None
 
 
+
+@dataclass(slots=True)
+class Progress:
+    """What the agent is doing now (e.g. ``Bash: npm test``): one compact line the streamed message
+    shows while no answer text has come yet; replaced by the answer, never part of the final one."""
+
+    text: str
+
+
 Event = (
     Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
-    | NoReply | Meta
+    | NoReply | Meta | Progress
 )
+

@@ -109,14 +109,19 @@ class _Skip(Exception):
 
 
 async def collect_input(
-    ctx: Any, *, max_bytes: int = DEFAULT_MAX_BYTES, allowed_dirs: Iterable[str] | None = None
+    ctx: Any,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    allowed_dirs: Iterable[str] | None = None,
+    source: Any = None,
 ) -> UserInput:
     """Gather text, files and adapter params from the run context.
 
     ``allowed_dirs`` lists the directories an attachment ``path`` may be read from; None means
     the ``RUNNER_KIT_FILE_DIRS`` environment variable (os.pathsep-separated), read at call time.
+    ``source`` is another input of the same shape as ``ctx.input`` (a steering follow-up's).
     """
-    inp = ctx.input
+    inp = ctx.input if source is None else source
     text = inp.to_text() or ""
     dirs = _allowed_dirs(allowed_dirs)
     files: list[InputFile] = []

@@ -41,6 +41,7 @@ THINK_CLOSE = "</think>"
 HOST_RESULT_LIMIT = 1024 * 1024
 TEXT_BUDGET = HOST_RESULT_LIMIT - 16 * 1024
 TRUNCATED_NOTICE = "\n\n[The answer was cut here: it is longer than LangBot can deliver in one message.]"
+PROGRESS_MAX = 160  # characters of the progress line
 
 
 def escaped_len(text: str) -> int:
@@ -145,6 +146,24 @@ def _cut_to_budget(text: str, budget: int) -> str:
     return text[:lo]
 
 
+_PROGRESS_KEYS = ("command", "cmd", "file_path", "path", "filePath", "url", "pattern", "query", "description", "title")
+
+
+def progress_line(name: str, parameters: Any) -> str:
+    """``Bash: npm test`` — a tool step as one short line (tool name and its main target)."""
+    target = ""
+    if isinstance(parameters, dict):
+        for key in _PROGRESS_KEYS:
+            value = parameters.get(key)
+            if isinstance(value, list):
+                value = " ".join(str(v) for v in value)
+            if isinstance(value, str) and value.strip():
+                target = value.strip()
+                break
+    name = name or "tool"
+    return f"⏳ {name}: {target}" if target else f"⏳ {name}"
+
+
 class ResultBuilder:
     """Accumulates one run's output and decides which results to send."""
 
@@ -185,6 +204,8 @@ class ResultBuilder:
         self.finished = False
         self.no_reply = False  # the upstream asked for the run to end without a message
         self.meta: dict[str, Any] = {}  # ev.Meta facts, carried on the complete message
+        self._progress = ""  # one line for the current step, shown only until answer text comes
+        self.auto_progress = False  # derive that line from tool starts (coding agents)
 
     # --- accumulating ---------------------------------------------------------------------------
 
@@ -219,6 +240,25 @@ class ResultBuilder:
     @property
     def has_answer_text(self) -> bool:
         return bool(self.answer.strip())
+
+    def set_progress(self, text: str) -> RunnerResult | None:
+        """Show one compact line for what the agent is doing now (replaced by the answer; never
+        part of the complete message). Ignored once answer text has come."""
+        line = " ".join(str(text or "").split())
+        if len(line) > PROGRESS_MAX:
+            line = line[: PROGRESS_MAX - 1] + "…"
+        if self._answer_len or line == self._progress:
+            return None
+        self._progress = line
+        self._dirty_since = self._dirty_since or self._clock()
+        return self.flush()
+
+    def _shown(self) -> str:
+        text = self.visible()
+        if self._progress and not self._answer_len and not self._truncated:
+            sep = "" if not text else "\n" if text.endswith("\n") else "\n\n"
+            return f"{text}{sep}{self._progress}"
+        return text
 
     def set_preamble(self, text: str) -> None:
         """A line shown before everything else (e.g. the fresh-session notice); only before output."""
@@ -263,6 +303,9 @@ class ResultBuilder:
         self._answer.append(piece)
         self._answer_len += len(piece)
         self._append(piece)
+        if self._progress:  # the answer replaces the progress line at once
+            self._progress = ""
+            return self.flush()
         return self._maybe_emit()
 
     def add_think(self, piece: str) -> RunnerResult | None:
@@ -342,7 +385,7 @@ class ResultBuilder:
     def flush(self) -> RunnerResult | None:
         """Send a delta for any unsent text now."""
         self._dirty_since = None
-        text = self.visible()
+        text = self._shown()
         if text == self._sent or not text.strip():
             return None
         self._sent = text

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 import traceback
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from contextlib import aclosing
 from functools import cached_property
 from typing import Any, ClassVar
@@ -39,8 +39,9 @@ from .http import shared_client
 from .identity import upstream_user
 from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
 from .logs import bind_redactor, get_logger, unbind_redactor
-from .results import ResultBuilder, StreamPolicy
+from .results import ResultBuilder, StreamPolicy, progress_line
 from .session import SessionHandle, session_key
+from .steering import POLL_INTERVAL, Steering, follow_up_input, follow_up_mode, unanswered_note
 from .usage import UsageTotals
 
 DEFAULT_TIMEOUT = 300.0
@@ -107,10 +108,14 @@ class RunEnv:
     def user(self) -> str:
         return upstream_user(self.ctx, self.config.get("user-id-source"))
 
-    async def load_input(self) -> UserInput:
+    @property
+    def max_bytes(self) -> int:
+        """The largest attachment this run accepts (``max-file-size-mb``)."""
         mb = self.config.get("max-file-size-mb")
-        limit = int(float(mb) * 1024 * 1024) if isinstance(mb, (int, float)) and mb > 0 else DEFAULT_MAX_BYTES
-        self.input = await collect_input(self.ctx, max_bytes=limit)
+        return int(float(mb) * 1024 * 1024) if isinstance(mb, (int, float)) and mb > 0 else DEFAULT_MAX_BYTES
+
+    async def load_input(self) -> UserInput:
+        self.input = await collect_input(self.ctx, max_bytes=self.max_bytes)
         for reason in self.input.skipped:
             self.log.info("skipped an attachment: %s", reason)
         return self.input
@@ -124,6 +129,8 @@ class Adapter:
 
     platform: ClassVar[str] = "upstream"
     session_key: ClassVar[str | None] = None
+    #: opt in to the steering turn loop: implement ``turn``/``interrupt``/``close`` instead of ``stream``
+    multi_turn: ClassVar[bool] = False
 
     def __init__(self, env: RunEnv):
         self.env = env
@@ -131,8 +138,22 @@ class Adapter:
     def stream(self) -> AsyncIterator[ev.Event]:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    def turn(self, inp: UserInput, index: int) -> AsyncIterator[ev.Event]:  # pragma: no cover - abstract
+        """One agent turn in the live session (``index`` 0 is the run's own message, then each
+        batch of follow-ups). Raise :class:`SessionMissing` before any output when a stored
+        session is rejected: the kit drops it and calls ``turn(inp, 0)`` again."""
+        raise NotImplementedError
+
+    async def interrupt(self) -> None:
+        """Stop the running turn through the agent's own interrupt, keeping the session usable
+        (``follow-up-mode: interrupt``); the turn's event stream should end soon after."""
+
     async def cancel(self) -> None:
         """Best effort: tell the upstream to stop work for this run (host cancelled)."""
+
+    async def close(self) -> None:
+        """End the live session (multi-turn adapters): called once when the run ends, on every
+        path, after ``cancel`` when a turn was still running."""
 
 
 class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type information
@@ -151,6 +172,9 @@ _DONE = object()
 _TICK = object()
 _TIMEOUT = object()
 _IDLE = object()
+_STEERED = object()
+INTERRUPTED_NOTE = "(Stopped here to take your next message.)"
+NO_REPLY_TEXT = "(The agent finished this request without a reply.)"
 
 
 class _Raised:
@@ -163,10 +187,11 @@ class _Raised:
 class _Pump:
     """Whether the adapter's stream ended by itself (then no stop call is needed)."""
 
-    __slots__ = ("ended",)
+    __slots__ = ("ended", "interrupted")
 
     def __init__(self) -> None:
         self.ended = False
+        self.interrupted = False  # a follow-up interrupted this turn (follow-up-mode: interrupt)
 
 
 def _flag(config: Config | None, key: str, default: bool) -> bool:
@@ -176,10 +201,27 @@ def _flag(config: Config | None, key: str, default: bool) -> bool:
     return default if value is None else bool(value)
 
 
+def _builder(ctx: RunnerContext, config: Config | None, *, multi_turn: bool = False) -> ResultBuilder:
+    if config is None:
+        return ResultBuilder(ctx.run_id)
+    builder = ResultBuilder(
+        ctx.run_id, remove_think=bool(config.get("remove-think", False)), policy=StreamPolicy.from_config(config)
+    )
+    builder.auto_progress = multi_turn
+    return builder
+
+
 async def drive(
     ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSchema
 ) -> AsyncGenerator[RunnerResult, None]:
-    """Run one turn through ``adapter_cls`` and yield results; never raises (except cancellation)."""
+    """Run the run's turn(s) through ``adapter_cls`` and yield results; never raises (except
+    cancellation).
+
+    Single-turn adapters (``stream()``) answer the run's message. Multi-turn adapters
+    (``multi_turn = True``) keep one live agent session for the run: after each turn, follow-ups
+    the host claimed for the run (``steering_pull``) become the next turn, each answered with its
+    own complete message; ``follow-up-mode: interrupt`` also polls during a turn and interrupts it.
+    """
     builder = ResultBuilder(ctx.run_id)
     usage = UsageTotals()
     redact = Redactor()
@@ -189,15 +231,43 @@ async def drive(
     log = get_logger("runner_kit.run")
     platform = adapter_cls.platform
     to_stop: Adapter | None = None  # an adapter whose upstream work may still be running
+    live: Adapter | None = None  # the multi-turn adapter to close at the end
+    steer: Steering | None = None
     pump = _Pump()
+
+    async def one_turn(
+        make: Callable[[int], Adapter], turn_input: UserInput, index: int, watch: Steering | None
+    ) -> AsyncGenerator[RunnerResult, None]:
+        """One turn (for single-turn adapters: the run), retried once on a fresh session."""
+        nonlocal pump, to_stop
+        assert env is not None and config is not None
+        for attempt in (0, 1):
+            adapter = make(attempt)
+            pump = _Pump()
+            to_stop = adapter
+            try:
+                source = adapter.turn(turn_input, index) if adapter.multi_turn else adapter.stream()
+                async with aclosing(_pump(adapter, env, builder, usage, pump, source, watch)) as results:
+                    async for result in results:
+                        yield result
+                to_stop = None
+                return
+            except SessionMissing:
+                to_stop = None
+                if index == 0 and attempt == 0 and env.session.current and not builder.has_output:
+                    log.info("%s: stored session is gone upstream; retrying on a fresh one", platform)
+                    env.session.drop()
+                    if _flag(config, "session-reset-notice", True):
+                        builder.set_preamble(str(config.get("session-reset-text") or DEFAULT_SESSION_RESET_TEXT))
+                    continue
+                raise RunnerError("upstream.not_found", f"{platform} reports the conversation does not exist") from None
+
     try:
         try:
             config = schema.load(ctx.config)
             for secret in config.secrets:
                 redact.add(secret)
-            builder = ResultBuilder(
-                ctx.run_id, remove_think=bool(config.get("remove-think", False)), policy=StreamPolicy.from_config(config)
-            )
+            builder = _builder(ctx, config, multi_turn=adapter_cls.multi_turn)
             env = RunEnv(ctx, config, redact, adapter_cls.session_key)
             env.budget()
             inp = await env.load_input()
@@ -206,44 +276,68 @@ async def drive(
                 raise RunnerError(
                     "input.invalid", "the message has no text or files to send" + (f" ({why})" if why else "")
                 )
-            for attempt in (0, 1):
-                adapter = adapter_cls(env)
-                pump = _Pump()
-                to_stop = adapter
-                try:
-                    async with aclosing(_pump(adapter, env, builder, usage, pump)) as results:
-                        async for result in results:
+            if not adapter_cls.multi_turn:
+                async with aclosing(one_turn(lambda _: adapter_cls(env), inp, 0, None)) as turn:
+                    async for result in turn:
+                        yield result
+                if env.session.dirty:
+                    yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
+                    env.session.mark_saved()
+                final = builder.final_message()
+                if final is None and not builder.no_reply:
+                    raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
+                if final is not None:
+                    yield final
+                yield builder.completed(usage)
+                return
+            live = adapter_cls(env)
+            steer = Steering.for_run(ctx)
+            watch = steer if follow_up_mode(config) == "interrupt" else None
+            index = 0
+            turn_input: UserInput | None = inp
+            while True:
+                if turn_input is not None:
+                    async with aclosing(one_turn(lambda _: live, turn_input, index, watch)) as turn:
+                        async for result in turn:
                             yield result
-                    to_stop = None
+                    if env.session.dirty:
+                        yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
+                        env.session.mark_saved()
+                    final = builder.final_message(note=INTERRUPTED_NOTE if pump.interrupted else None)
+                    if final is None and not builder.no_reply:
+                        if index == 0 and not pump.interrupted:
+                            raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
+                        final = builder.notice_message(NO_REPLY_TEXT)
+                    if final is not None:
+                        yield final  # each turn is its own reply in the chat
+                steer.turn_done()
+                await steer.pull()
+                if not steer.pending:
                     break
-                except SessionMissing:
-                    to_stop = None
-                    if attempt == 0 and env.session.current and not builder.has_output:
-                        log.info("%s: stored session is gone upstream; retrying on a fresh one", platform)
-                        env.session.drop()
-                        if _flag(config, "session-reset-notice", True):
-                            builder.set_preamble(str(config.get("session-reset-text") or DEFAULT_SESSION_RESET_TEXT))
-                        continue
-                    raise RunnerError("upstream.not_found", f"{platform} reports the conversation does not exist") from None
-            if env.session.dirty:
-                yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
-                env.session.mark_saved()
-            final = builder.final_message()
-            if final is None and not builder.no_reply:
-                raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
-            if final is not None:
-                yield final
+                env.budget()
+                turn_input = await follow_up_input(ctx, steer.take(), max_bytes=env.max_bytes)
+                index += 1
+                builder = _builder(ctx, config, multi_turn=True)
+                if turn_input.empty:
+                    why = "; ".join(turn_input.skipped)
+                    yield builder.notice_message(
+                        "(That message had nothing the agent could read" + (f": {why}" if why else "") + ".)"
+                    )
+                    turn_input = None
             yield builder.completed(usage)
         except RunnerError as exc:
             if pump.ended:
                 to_stop = None
-            for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform, ctx):
+            note = await _unanswered(steer)
+            for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform, ctx,
+                              note):
                 yield r
         except Exception as exc:  # noqa: BLE001 - nothing may escape run()
             log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
             log.debug("%s", redact(traceback.format_exc()))
             message = redact(f"internal error: {type(exc).__name__}: {exc}")
-            for r in _failure("runner.internal", message, False, env, config, builder, usage, platform, ctx):
+            note = await _unanswered(steer)
+            for r in _failure("runner.internal", message, False, env, config, builder, usage, platform, ctx, note):
                 yield r
     finally:
         # after the terminal result reached the host (or the host closed us): stop upstream work
@@ -252,7 +346,23 @@ async def drive(
                 await asyncio.wait_for(to_stop.cancel(), timeout=CANCEL_GRACE)
             except BaseException:  # noqa: BLE001 - best effort; a cancel of ours must not resurface
                 log.info("%s: the upstream stop call did not finish", platform)
+        if live is not None:
+            try:
+                await live.close()
+            except BaseException:  # noqa: BLE001 - closing must not resurface either
+                log.warning("%s: closing the agent session failed", platform)
+        if steer is not None and (left := steer.unanswered()):
+            log.warning("%d follow-up message(s) of this run were not answered", len(left))
         unbind_redactor(token)
+
+
+async def _unanswered(steer: Steering | None) -> str | None:
+    """On a failed run: take what the host still holds and name every follow-up left unanswered."""
+    if steer is None:
+        return None
+    await steer.pull()
+    left = steer.unanswered()
+    return unanswered_note(left) if left else None
 
 
 def _failure(
@@ -265,6 +375,7 @@ def _failure(
     usage: UsageTotals,
     platform: str,
     ctx: RunnerContext,
+    note: str | None = None,
 ) -> list[RunnerResult]:
     """The results that end a failed run: state, what the chat shows, and the terminal result.
 
@@ -286,9 +397,13 @@ def _failure(
     explain = _flag(config, "explain-failures", True)
     shown: RunnerResult | None = None
     if builder.has_output:
-        shown = builder.final_message(note=incomplete_note(platform, code, message, detailed=explain))
+        said = incomplete_note(platform, code, message, detailed=explain)
+        shown = builder.final_message(note=f"{said}\n{note}" if note else said)
     elif explain:
-        shown = builder.notice_message(explanation(platform, code, message))
+        said = explanation(platform, code, message)
+        shown = builder.notice_message(f"{said}\n\n{note}" if note else said)
+    elif note:
+        shown = builder.notice_message(note)
     log.warning("run failed: %s (%s)", message, code)
     pipeline = bool(getattr(ctx.delivery, "automatic_reply", False))
     if shown is not None and explain and pipeline:
@@ -303,15 +418,24 @@ def _failure(
 
 
 async def _pump(
-    adapter: Adapter, env: RunEnv, builder: ResultBuilder, usage: UsageTotals, state: _Pump
+    adapter: Adapter,
+    env: RunEnv,
+    builder: ResultBuilder,
+    usage: UsageTotals,
+    state: _Pump,
+    source: AsyncIterator[ev.Event] | None = None,
+    watch: Steering | None = None,
 ) -> AsyncGenerator[RunnerResult, None]:
-    """Run the adapter in a task and translate its events; timers feed ticks into the same queue."""
+    """Run the adapter's events (``source``, default ``adapter.stream()``) in a task and translate
+    them; timers feed ticks into the same queue. With ``watch``, follow-ups are polled meanwhile
+    and the first one interrupts the turn (``adapter.interrupt()``)."""
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[Any] = asyncio.Queue()
+    events = source if source is not None else adapter.stream()
 
     async def produce() -> None:
         try:
-            async for item in adapter.stream():
+            async for item in events:
                 queue.put_nowait(item)
             queue.put_nowait(_DONE)
         except asyncio.CancelledError:
@@ -331,8 +455,16 @@ async def _pump(
         else:
             idle_timer = loop.call_later(idle - quiet, check_idle)
 
+    async def poll(steer: Steering) -> None:
+        while True:
+            await asyncio.sleep(POLL_INTERVAL)
+            if await steer.pull():
+                queue.put_nowait(_STEERED)
+                return
+
     env.touch()
     task = loop.create_task(produce())
+    poller = loop.create_task(poll(watch)) if watch is not None and watch.enabled else None
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
     if idle > 0:
         idle_timer = loop.call_later(idle, check_idle)
@@ -361,6 +493,14 @@ async def _pump(
             if isinstance(item, _Raised):
                 state.ended = True
                 raise item.exc
+            if item is _STEERED:
+                state.interrupted = True
+                try:
+                    await asyncio.wait_for(adapter.interrupt(), timeout=CANCEL_GRACE)
+                except Exception as exc:  # noqa: BLE001 - the turn then simply runs to its end
+                    get_logger("runner_kit.run").info("%s: interrupting the turn failed: %s", adapter.platform,
+                                                      env.redact(repr(exc)))
+                continue
             env.touch()
             for r in _translate(item, env, builder, usage):
                 yield r
@@ -372,6 +512,8 @@ async def _pump(
             idle_timer.cancel()
         if tick is not None:
             tick.cancel()
+        if poller is not None and not poller.done():
+            poller.cancel()
         if not task.done():
             task.cancel()
         try:
@@ -394,6 +536,10 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
         case ev.ToolStarted():
             out.append(builder.flush())
             out.append(builder.tool_started(item.call_id, item.name, item.parameters))
+            if builder.auto_progress:
+                out.append(builder.set_progress(progress_line(item.name, item.parameters)))
+        case ev.Progress(text=t):
+            out.append(builder.set_progress(t))
         case ev.ToolCompleted():
             out.append(builder.tool_completed(item.call_id, item.name, item.result, item.error))
         case ev.Attachment():

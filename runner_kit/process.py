@@ -1,0 +1,454 @@
+"""Child processes for coding-agent runners (Claude Code, Codex, ACP agents).
+
+What every CLI runner needs, once: an explicit environment (an allow-list of the host's variables
+plus what the run configures — the plugin's own secrets and the runtime's control token never reach
+the child), a private HOME per workspace that is reused, a per-conversation workspace, bounded line
+reading of stdout, a stderr tail for error messages, and a stop that leaves nothing behind.
+
+Stopping (real-peers.md §6): tool shells started by the agents ``setsid`` away and survive both a
+SIGTERM to the agent and a kill of its process group, so :meth:`AgentProcess.stop` records every
+descendant from ``/proc`` *before* each signal, escalates SIGINT (optional) → SIGTERM → SIGKILL, and
+finally SIGKILLs every process it ever recorded that is still alive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import signal
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import RunnerError
+from .logs import get_logger
+
+if TYPE_CHECKING:
+    from .runner import RunEnv
+
+log = get_logger("runner_kit.process")
+
+DEFAULT_ENV_ALLOW: tuple[str, ...] = (
+    "PATH", "LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE", "LC_MESSAGES", "TZ", "TMPDIR", "TERM",
+    "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+    "USER", "LOGNAME", "SHELL",
+)
+DEFAULT_LINE_LIMIT = 16 * 1024 * 1024
+STDERR_TAIL_CHARS = 16384
+DATA_ENV = "RUNNER_KIT_DATA_DIR"
+
+
+def child_env(
+    extra: Mapping[str, str] | None = None,
+    *,
+    home: str | Path | None = None,
+    allow: Iterable[str] = DEFAULT_ENV_ALLOW,
+) -> dict[str, str]:
+    """The child's whole environment: allow-listed host variables, then ``extra``, then HOME."""
+    env = {k: os.environ[k] for k in allow if k in os.environ}
+    env.setdefault("PATH", os.defpath)
+    for key, value in (extra or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[str(key)] = str(value)
+    if home is not None:
+        env["HOME"] = str(home)
+    return env
+
+
+def parse_env_setting(raw: Any, key: str = "env") -> dict[str, str]:
+    """The ``env`` config value: a JSON object, a mapping, or ``NAME=value`` lines."""
+    if raw is None or raw == "":
+        return {}
+    if isinstance(raw, Mapping):
+        items = dict(raw)
+    else:
+        text = str(raw).strip()
+        items = {}
+        if text.startswith("{"):
+            try:
+                loaded = json.loads(text)
+            except ValueError:
+                raise RunnerError("config.invalid", f"`{key}` is not valid JSON") from None
+            if not isinstance(loaded, dict):
+                raise RunnerError("config.invalid", f"`{key}` must be a JSON object of NAME: value")
+            items = loaded
+        else:
+            for n, line in enumerate(text.splitlines(), 1):
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                name, sep, value = line.partition("=")
+                if not sep:
+                    raise RunnerError("config.invalid", f"`{key}` line {n} is not NAME=value")
+                items[name.strip()] = value
+    out: dict[str, str] = {}
+    for name, value in items.items():
+        name = str(name).strip()
+        if not name or "=" in name or "\0" in name or not name.replace("_", "a").isalnum():
+            raise RunnerError("config.invalid", f"`{key}` has an invalid variable name {name!r}")
+        out[name] = "" if value is None else str(value)
+    return out
+
+
+def data_dir(platform: str) -> Path:
+    """This plugin's writable data directory (the plugin's code directory is read-only in LangBot)."""
+    root = os.environ.get(DATA_ENV) or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "langbot-agent-runners"
+    )
+    path = Path(root).expanduser() / _safe(platform)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "runner"
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def workspace_dir(env: RunEnv, configured: str | None, platform: str, *, key: str = "workspace") -> Path:
+    """The agent's working directory: the configured one, or one per conversation (same every run)."""
+    if configured and str(configured).strip():
+        path = Path(os.path.expandvars(str(configured).strip())).expanduser()
+        if not path.is_absolute():
+            raise RunnerError("config.invalid", f"`{key}` must be an absolute directory path")
+    else:
+        path = data_dir(platform) / "workspaces" / _digest(_conversation_scope(env))
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise RunnerError("config.invalid", f"`{key}` {path} cannot be created ({exc.strerror})") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RunnerError("config.invalid", f"`{key}` {path} is not writable")
+    return path
+
+
+def _conversation_scope(env: RunEnv) -> str:
+    """Who shares a workspace: one LangBot conversation of one bot (per person when the identity
+    mode gives each person their own upstream session)."""
+    ctx = env.ctx
+    conv = getattr(ctx, "conversation", None)
+    context = getattr(ctx, "context", None)
+    cid = (getattr(conv, "conversation_id", None) or getattr(context, "conversation_id", None)) or ""
+    bot = getattr(conv, "bot_id", None) or ""
+    workspace = getattr(conv, "workspace_id", None) or ""
+    return "\x1f".join(("workspace/1", str(workspace), str(bot), str(cid), env.session.key or "", env.user if not cid else ""))
+
+
+def private_home(platform: str, workspace: Path) -> Path:
+    """A HOME (or CODEX_HOME) for the agent, one per workspace, reused across runs."""
+    path = data_dir(platform) / "homes" / _digest(str(workspace.resolve()))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def find_executable(value: str | None, default: str, *, key: str = "executable", hint: str = "") -> str:
+    """The program to start: the configured path or name, else ``default`` on PATH."""
+    wanted = str(value).strip() if value else default
+    expanded = os.path.expanduser(wanted)
+    found = expanded if os.sep in expanded else shutil.which(expanded)
+    if found and os.path.isfile(found) and os.access(found, os.X_OK):
+        return found
+    where = "is not an executable file" if os.sep in expanded else "was not found on PATH"
+    raise RunnerError("process.not_found", f"{wanted} {where}: set `{key}` to the program's path{hint}")
+
+
+# --- process tree -------------------------------------------------------------------------------
+
+
+def _ppids() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid ... — comm may contain spaces and parentheses
+        rest = stat[stat.rfind(b")") + 2 :].split()
+        if len(rest) > 1:
+            out[int(entry.name)] = int(rest[1])
+    return out
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live descendant of ``pid`` (children, grandchildren, …), from /proc."""
+    children: dict[int, list[int]] = {}
+    for child, parent in _ppids().items():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return False
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    return bool(rest) and rest[0] not in (b"Z", b"X")
+
+
+def _kill(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
+class AgentProcess:
+    """One running agent CLI: JSON lines in and out, a stderr tail, and a clean stop."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, name: str, redact: Any = None):
+        self._proc = proc
+        self.name = name
+        self.pid: int = proc.pid
+        assert proc.stdout is not None
+        self.reader: asyncio.StreamReader = proc.stdout
+        self.writer: asyncio.StreamWriter | None = proc.stdin
+        self._stderr: deque[str] = deque()
+        self._stderr_len = 0
+        self._redact = redact
+        self._seen: set[int] = set()
+        self._stopped = False
+        self._stderr_task = asyncio.get_running_loop().create_task(self._read_stderr())
+
+    @classmethod
+    async def spawn(
+        cls,
+        argv: Sequence[str],
+        *,
+        cwd: str | Path,
+        env: Mapping[str, str],
+        name: str,
+        stdin: bool = True,
+        line_limit: int = DEFAULT_LINE_LIMIT,
+        redact: Any = None,
+    ) -> AgentProcess:
+        """Start ``argv`` in its own session; raises ``process.not_found`` when it cannot start."""
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=str(cwd),
+                env=dict(env),
+                stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,
+                limit=line_limit,
+            )
+        except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+            raise RunnerError(
+                "process.not_found", f"{name} could not be started: {argv[0]} ({exc.strerror or exc})"
+            ) from None
+        log.debug("%s started (pid %s)", name, proc.pid)
+        return cls(proc, name, redact)
+
+    # --- output -------------------------------------------------------------------------------
+
+    async def _read_stderr(self) -> None:
+        err = self._proc.stderr
+        if err is None:
+            return
+        with contextlib.suppress(Exception):
+            while chunk := await err.read(4096):
+                text = chunk.decode("utf-8", "replace")
+                self._stderr.append(text)
+                self._stderr_len += len(text)
+                while self._stderr_len > STDERR_TAIL_CHARS and len(self._stderr) > 1:
+                    self._stderr_len -= len(self._stderr.popleft())
+
+    def stderr_tail(self, chars: int = 2000) -> str:
+        """The end of what the process wrote to stderr (secrets redacted)."""
+        text = "".join(self._stderr)[-chars:].strip()
+        return self._redact(text) if self._redact is not None else text
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """stdout lines without the newline; a line over the limit is skipped with a warning."""
+        while True:
+            try:
+                line = await self.reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:
+                if exc.partial.strip():
+                    yield exc.partial.rstrip(b"\r")
+                return
+            except asyncio.LimitOverrunError as exc:
+                await self._skip_long_line(exc.consumed)
+                continue
+            except ValueError:  # the reader's own limit error wraps LimitOverrunError
+                await self._skip_long_line(0)
+                continue
+            yield line[:-1].rstrip(b"\r")
+
+    async def _skip_long_line(self, consumed: int) -> None:
+        log.warning("%s wrote a line longer than the limit; skipped it", self.name)
+        while True:
+            try:
+                await self.reader.readuntil(b"\n")
+                return
+            except asyncio.LimitOverrunError as exc:
+                await self.reader.readexactly(max(exc.consumed, 1))
+            except asyncio.IncompleteReadError:
+                return
+            except ValueError:
+                await self.reader.read(1 << 16)
+
+    async def read_json(self) -> dict[str, Any] | None:
+        """The next JSON object line; other lines are logged and skipped. None at end of output."""
+        async for line in self.lines():
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                log.info("%s: ignored a line that is not JSON: %.200s", self.name, line.decode("utf-8", "replace"))
+                continue
+            if isinstance(obj, dict):
+                return obj
+            log.info("%s: ignored a JSON line that is not an object", self.name)
+        return None
+
+    # --- input --------------------------------------------------------------------------------
+
+    async def send_json(self, obj: Any) -> None:
+        """Write one JSON line to the process's stdin."""
+        data = json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        await self.send_bytes(data)
+
+    async def send_bytes(self, data: bytes) -> None:
+        if self.writer is None or self.writer.is_closing() or self.returncode is not None:
+            raise self.exit_error("is not running any more")
+        try:
+            self.writer.write(data)
+            await self.writer.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            raise self.exit_error("closed its input") from None
+
+    # --- state --------------------------------------------------------------------------------
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def wait(self, timeout: float | None = None) -> int | None:
+        """Wait for the process to exit; its return code, or None on timeout."""
+        try:
+            return await asyncio.wait_for(self._proc.wait(), timeout)
+        except TimeoutError:
+            return None
+
+    def exit_error(self, what: str | None = None) -> RunnerError:
+        """The failure to report for a process that ended (or cannot be used) unexpectedly."""
+        rc = self.returncode
+        tail = self.stderr_tail(600)
+        if rc is not None and rc < 0:
+            try:
+                sig = signal.Signals(-rc).name
+            except ValueError:
+                sig = f"signal {-rc}"
+            head = f"{self.name} was killed by {sig}"
+            code = "process.crashed"
+        elif rc is not None:
+            head = f"{self.name} exited with code {rc}"
+            code = "process.exited"
+        else:
+            head = f"{self.name} {what or 'stopped answering'}"
+            code = "process.exited"
+        if what and rc is not None:
+            head += f" ({what})"
+        return RunnerError(code, f"{head}: {tail}" if tail else head)
+
+    def send_signal(self, sig: int) -> None:
+        """Signal the agent process itself (e.g. SIGINT, the CLIs' own interrupt)."""
+        if self.returncode is None:
+            self._record()
+            _kill(self.pid, sig)
+
+    def _record(self) -> None:
+        try:
+            self._seen |= descendants(self.pid)
+        except OSError:
+            pass
+
+    async def stop(self, *, interrupt: bool = False, grace: float = 2.0) -> None:
+        """Stop the process and every descendant it started; never raises; safe to call twice."""
+        try:
+            await self._stop(interrupt, grace)
+        except BaseException as exc:  # noqa: BLE001 - a stop must not fail, even when cancelled
+            self._kill_all()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            if not self._stderr_task.done():
+                self._stderr_task.cancel()
+
+    async def _stop(self, interrupt: bool, grace: float) -> None:
+        if self._stopped:
+            self._kill_all()
+            return
+        self._stopped = True
+        if self.returncode is None:
+            self._record()
+            if interrupt:
+                _kill(self.pid, signal.SIGINT)
+                await self.wait(grace)
+        if self.writer is not None and not self.writer.is_closing():
+            with contextlib.suppress(Exception):
+                self.writer.close()
+        if self.returncode is None:
+            self._record()
+            _kill(self.pid, signal.SIGTERM)
+            if await self.wait(grace) is None:
+                self._record()
+                _kill(self.pid, signal.SIGKILL)
+                await self.wait(grace)
+        self._kill_all()
+        if self.writer is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.writer.wait_closed(), 0.5)
+
+    def _kill_all(self) -> None:
+        """SIGKILL the process and every descendant ever recorded that still runs."""
+        if self.returncode is None:
+            self._record()
+            _kill(self.pid, signal.SIGKILL)
+        for _ in range(3):
+            left = {p for p in self._seen if alive(p)}
+            for pid in left:
+                self._seen |= _safe_descendants(pid)
+                _kill(pid, signal.SIGKILL)
+            if not left:
+                break
+            time.sleep(0.01)
+
+    async def __aenter__(self) -> AgentProcess:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+def _safe_descendants(pid: int) -> set[int]:
+    try:
+        return descendants(pid)
+    except OSError:
+        return set()

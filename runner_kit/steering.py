@@ -1,0 +1,117 @@
+"""Follow-up messages for a live run (LangBot's steering, host-contract.md §4.6).
+
+While a run whose runner declares ``capabilities.steering`` is active, LangBot claims each new
+message of the same conversation for it instead of starting a new run, and hands it over through
+``steering_pull``. Anything never pulled before the run ends is journalled as ``steering.dropped``
+and gets no reply, so the turn loop pulls at every turn boundary and right before it ends, and
+keeps every item it pulled until that item has been answered (or reported as unanswered).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .inputs import DEFAULT_MAX_BYTES, InputFile, UserInput, collect_input
+from .logs import get_logger
+
+log = get_logger("runner_kit.steering")
+
+PULL_TIMEOUT = 5.0
+POLL_INTERVAL = 0.5  # seconds between pulls while a turn runs (follow-up-mode: interrupt)
+FOLLOW_UP_MODES = ("next-turn", "interrupt")
+
+
+def steering_allowed(ctx: Any) -> bool:
+    apis = getattr(getattr(ctx, "context", None), "available_apis", None)
+    return bool(getattr(apis, "steering_pull", False))
+
+
+def follow_up_mode(config: Any) -> str:
+    value = str((config.get("follow-up-mode") if config is not None else None) or "next-turn").strip().lower()
+    return value if value in FOLLOW_UP_MODES else "next-turn"
+
+
+def _text_of(item: Any) -> str:
+    inp = getattr(item, "input", None)
+    if inp is None:
+        return ""
+    try:
+        return str(inp.to_text() or "")
+    except Exception:  # noqa: BLE001 - a malformed item still counts as a follow-up
+        return ""
+
+
+@dataclass
+class Steering:
+    """The follow-ups of one run: what was pulled and what still needs an answer."""
+
+    ctx: Any
+    enabled: bool = False
+    pending: list[Any] = field(default_factory=list)  # pulled, not yet handed to a turn
+    in_turn: list[Any] = field(default_factory=list)  # handed to the running turn, not answered yet
+    answered: int = 0
+
+    @classmethod
+    def for_run(cls, ctx: Any) -> Steering:
+        return cls(ctx=ctx, enabled=steering_allowed(ctx))
+
+    async def pull(self) -> int:
+        """Take every follow-up the host holds for this run; how many arrived."""
+        if not self.enabled:
+            return 0
+        try:
+            result = await self.ctx.api.steering_pull(mode="all", limit=100)
+        except Exception as exc:  # noqa: BLE001 - a failed pull must not fail the answer already given
+            log.warning("could not pull follow-up messages from LangBot: %s", type(exc).__name__)
+            return 0
+        items = list(getattr(result, "items", None) or [])
+        if items:
+            log.info("%d follow-up message(s) for this run", len(items))
+        self.pending.extend(items)
+        return len(items)
+
+    def take(self) -> list[Any]:
+        """The pending follow-ups, now handed to a turn."""
+        batch, self.pending = self.pending, []
+        self.in_turn = batch
+        return batch
+
+    def turn_done(self) -> None:
+        self.answered += len(self.in_turn)
+        self.in_turn = []
+
+    def unanswered(self) -> list[str]:
+        """Texts of follow-ups pulled but never answered (for the closing note)."""
+        return [_text_of(i) for i in (*self.in_turn, *self.pending)]
+
+
+async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> UserInput:
+    """One turn's input from a batch of follow-ups: texts joined in order, files from each."""
+    texts: list[str] = []
+    files: list[InputFile] = []
+    skipped: list[str] = []
+    for item in items:
+        source = getattr(item, "input", None)
+        if source is None:
+            continue
+        got = await collect_input(ctx, max_bytes=max_bytes, source=source)
+        if got.text.strip():
+            texts.append(got.text.strip())
+        files.extend(got.files)
+        skipped.extend(got.skipped)
+    params = {}
+    adapter = getattr(ctx, "adapter", None)
+    if adapter is not None and isinstance(getattr(adapter, "extra", None), dict):
+        raw = adapter.extra.get("params")
+        params = dict(raw) if isinstance(raw, dict) else {}
+    return UserInput(text="\n\n".join(texts), files=files, params=params, skipped=skipped)
+
+
+def unanswered_note(texts: list[str]) -> str:
+    """One line telling the chat which follow-ups this run could not answer."""
+    shown = [t if len(t) <= 60 else t[:57] + "…" for t in texts if t]
+    what = "; ".join(f"“{t}”" for t in shown[:3]) + (" …" if len(shown) > 3 else "")
+    n = len(texts)
+    head = f"({n} follow-up message{'s' if n != 1 else ''} not answered because the run ended"
+    return f"{head}: {what}. Please send again.)" if what else f"{head}. Please send again.)"
