@@ -81,6 +81,9 @@ class PluginCase:
     second_bot: Callable[[Any, str], dict[str, Any]] | None = None
     # a user-id-source option -> what a group sees ("person": one conversation each, "shared": one)
     group_modes: dict[str, str] = field(default_factory=dict)
+    # -- steering cells (tests/contract/test_steering.py), for runners that declare steering --
+    # the agent process behind each upstream request, in order (one live process per run)
+    agent_pids: Callable[[Any], list[int]] | None = None
 
 
 def _dify_cases() -> list[PluginCase]:
