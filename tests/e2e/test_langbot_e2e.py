@@ -45,7 +45,7 @@ import httpx
 import pytest
 
 from runners_cli.build import build_plugin
-from runners_cli.plugins import find
+from runners_cli.plugins import PluginInfo, find, load_plugin
 from tests.fakes.dify import FakeDify
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
@@ -402,18 +402,19 @@ class Host:
             f"{what} failed: {json.dumps(task)[:3000]}"
         return task
 
-    def install_plugin(self) -> None:
+    def install_plugin(self, plugin: PluginInfo = PLUGIN) -> None:
         out = self.root / "dist"
-        package = build_plugin(PLUGIN, out, stage_root=self.root / "stage")
+        package = build_plugin(plugin, out, stage_root=self.root / "stage")
+        runner_id = plugin.runner_id
         say(f"built {package.name}; installing it (the runtime checks its requirements and installs missing ones from PyPI)")
         with open(package, "rb") as fh:
             task_id = self.data("POST", "/api/v1/plugins/install/local",
                                 files={"file": (package.name, fh, "application/octet-stream")})["task_id"]
         self.wait_task(task_id, "plugin install", PLUGIN_TIMEOUT)
-        wait_for(f"{RUNNER_ID} in the agent runner list", lambda: RUNNER_ID in self.runner_ids(),
+        wait_for(f"{runner_id} in the agent runner list", lambda: runner_id in self.runner_ids(),
                  PLUGIN_TIMEOUT, interval=1.0, alive=self.alive)
         plugins = self.data("GET", "/api/v1/plugins")["plugins"]
-        say(f"runner {RUNNER_ID} is available; plugins: {_plugin_names(plugins)}")
+        say(f"runner {runner_id} is available; plugins: {_plugin_names(plugins)}")
 
     def runner_ids(self) -> list[str]:
         """Runner ids offered for agents (the options of the ``id`` select in the runner stage)."""
@@ -451,13 +452,13 @@ class Host:
                     frames.append(json.loads(line))
         return frames
 
-    def create_pipeline(self, name: str, runner_config: dict[str, Any]) -> str:
-        """A pipeline made through the API (the default template) bound to this plugin's runner."""
+    def create_pipeline(self, name: str, runner_config: dict[str, Any], runner_id: str = RUNNER_ID) -> str:
+        """A pipeline made through the API (the default template) bound to a plugin's runner."""
         pipeline = self.data("POST", "/api/v1/pipelines", json={"name": name})["uuid"]
         current = self.data("GET", f"/api/v1/pipelines/{pipeline}")["pipeline"]
         config = current["config"]
-        config["ai"]["runner"] = {"id": RUNNER_ID, "expire-time": 0}
-        config["ai"]["runner_config"] = {RUNNER_ID: runner_config}
+        config["ai"]["runner"] = {"id": runner_id, "expire-time": 0}
+        config["ai"]["runner_config"] = {runner_id: runner_config}
         self.api("PUT", f"/api/v1/pipelines/{pipeline}",
                  json={"name": name, "description": current.get("description") or "", "config": config})
         return pipeline
@@ -900,3 +901,91 @@ def test_migrated_pipeline_answers_over_the_webui_websocket(host: Host, migratio
     assert body["query"] == "hi"
     # legacy-session: the 4.10 user string {launcher_type}_{launcher_id}, not the actor
     assert body["user"].startswith("person_"), body["user"]
+
+
+# --- steering: follow-ups sent during a run --------------------------------------------------------
+
+PROBE = load_plugin(Path(__file__).with_name("steer_probe"))  # a test-only multi-turn runner on the kit
+
+
+def ws_conversation(host: Host, pipeline: str, messages: list[tuple[float, str]], *, stream: bool = True,
+                    timeout: float = 60, settle: float = 3.0) -> Chat:
+    """Send each ``(delay, text)`` on one websocket connection ``delay`` seconds after the previous
+    one (while the first run is still going), and collect every frame until the chat is quiet."""
+    from websockets.sync.client import connect
+
+    api = host.ports["api"]
+    url = f"ws://{LOOPBACK}:{api}/api/v1/pipelines/{pipeline}/ws/connect?session_type=person"
+    frames: list[dict[str, Any]] = []
+    with connect(url, origin=f"http://{LOOPBACK}:{api}", proxy=None, open_timeout=15) as ws:
+        ws.send(json.dumps({"type": "authenticate", "token": host.user_token, "workspace_uuid": host.workspace}))
+        connected = json.loads(ws.recv(timeout=15))
+        assert connected.get("type") == "connected", connected
+        pending = list(messages)
+        send_at = time.monotonic()
+        deadline = time.monotonic() + timeout
+        last_frame = time.monotonic()
+        finals = 0
+        while time.monotonic() < deadline:
+            if pending and time.monotonic() >= send_at + pending[0][0]:
+                _, text = pending.pop(0)
+                ws.send(json.dumps({"type": "message", "message": [{"type": "Plain", "text": text}], "stream": stream}))
+                send_at = time.monotonic()
+                continue
+            wait = (send_at + pending[0][0] - time.monotonic()) if pending else settle
+            try:
+                frame = json.loads(ws.recv(timeout=max(0.05, min(wait, deadline - time.monotonic()))))
+            except TimeoutError:
+                if not pending and finals and time.monotonic() - last_frame >= settle:
+                    break
+                continue
+            frames.append(frame)
+            last_frame = time.monotonic()
+            if frame.get("type") == "response" and frame["data"].get("is_final"):
+                finals += 1
+    return Chat(connected["connection_id"], frames)
+
+
+@pytest.fixture(scope="module")
+def probe(host: Host) -> str:
+    host.install_plugin(PROBE)
+    return PROBE.runner_id
+
+
+def run_inputs(host: Host, run_id: str) -> Any:
+    """The run's journal section (what the host recorded as handed to the run, steering included)."""
+    data = host.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "inputs"})
+    return data
+
+
+@pytest.mark.parametrize("mode", ["next-turn", "interrupt"])
+def test_follow_ups_during_a_run_each_get_their_own_reply(host: Host, probe: str, mode: str) -> None:
+    """A websocket chat sends more messages while the first run is answering: the host claims them
+    for that run (steering), the runner answers them in the same run, and the chat shows one reply
+    per turn. next-turn: the two follow-ups that came during turn 0 are answered together in turn 1;
+    interrupt: the follow-up stops turn 0 at once (its partial reply says so) and is answered."""
+    pipeline = host.create_pipeline(f"steer-{mode}", {"turn-seconds": 3, "follow-up-mode": mode}, runner_id=probe)
+    sends = [(0.0, "first question"), (1.0, "second question")]
+    if mode == "next-turn":
+        sends.append((0.2, "third question"))
+    start = time.monotonic()
+    chat = ws_conversation(host, pipeline, sends)
+    took = time.monotonic() - start
+    shown = [r["content"] for r in chat.shown()]
+    say(f"steering ({mode}): {len(shown)} replies in {took:.1f}s: {shown}")
+    rows = host.runs(chat.conversation_id)
+    assert len(rows) == 1, f"the follow-ups were claimed by the running run, not new runs: {rows}"
+    run = host.finished_run(chat.conversation_id)
+    assert run["status"] == "completed", run
+    assert len(shown) == 2, f"one reply per turn: {shown}"
+    if mode == "next-turn":
+        assert shown == ["reply 0: first question", "reply 1: second question\n\nthird question"], shown
+    else:
+        assert shown[0].startswith("reply 0") and "first question" not in shown[0], shown
+        assert shown[0].endswith("(Stopped here to take your next message.)"), shown
+        assert shown[1] == "reply 1: second question", shown
+    inputs = run_inputs(host, run["run_id"])
+    assert "steering.injected" in json.dumps(inputs), inputs
+    assert "steering.dropped" not in json.dumps(inputs), inputs
+    types = [e["type"] for e in host.run_events(run["run_id"])]
+    assert types.count("message.completed") == 2 and types[-1] == "run.completed", types
