@@ -38,6 +38,8 @@ class Params:
     conc_delay: float = 0.15
     # 5. connections
     conn_runs: int = 100
+    # 6. coding agents: runs of (turn, follow-up in the same process, the follow-up as a new run)
+    coding_rounds: int = 7
 
     @classmethod
     def quick_run(cls) -> Params:
@@ -52,4 +54,5 @@ class Params:
             conc_ns=(50,),
             conc_tokens=10,
             conc_delay=0.05,
+            coding_rounds=2,
         )

@@ -38,21 +38,21 @@ class HttpPlugin:
 
 @dataclass(frozen=True)
 class CodingAgent:
-    """A coding-agent runner driven by a fake agent (section 6).
-
-    ``start_agent`` starts the fake agent and returns it; ``config`` points the runner at it;
-    ``long_turn`` makes the fake agent keep the current turn open (so a steering follow-up can
-    arrive); ``received`` returns the monotonic ns at which the fake agent received the follow-up
-    with that text, or None; ``finish_turn`` lets the open turn end.
-    """
+    """A coding-agent runner driven by its scripted CLI fake over the shared fake model API
+    (section 6). ``start`` returns a started ``tests.fakes.model_api.FakeModelAPI``; ``config``
+    points the runner (its ``executable`` at the fake CLI) at it; ``answer`` sets what every model
+    call streams; ``stop`` stops it."""
 
     plugin: str
-    start_agent: Callable[[], Any]
+    start: Callable[[], Any]
     config: Callable[[Any], dict[str, Any]]
-    long_turn: Callable[[Any], None]
-    received: Callable[[Any, str], int | None]
-    finish_turn: Callable[[Any], None]
-    stop_agent: Callable[[Any], None]
+    stop: Callable[[Any], None]
+
+    @staticmethod
+    def answer(srv: Any, tokens: list[str], delay: float) -> None:
+        srv.answer_tokens = tokens
+        srv.token_delay = delay
+        srv.tool_command = None
 
 
 # --- Dify -------------------------------------------------------------------------------------

@@ -116,11 +116,11 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
         rows.append(
             {
                 "id": "coding-agents",
-                "figure": "6. Steering follow-up latency",
+                "figure": "6. Follow-up pickup after a turn ends",
                 "plugin": r["plugin"],
                 "measured": f"median {_f(r['steering_ms']['median'])} ms, p95 {_f(r['steering_ms']['p95'])} ms; "
                 f"follow-up turn {_f(r['same_process_turn_s'], 3)} s",
-                "reference": f"new process turn {_f(r['new_process_turn_s'], 3)} s",
+                "reference": f"as a new run (new process, resumed) {_f(r['new_process_turn_s'], 3)} s",
                 "target": "–",
                 "status": NA,
             }
@@ -359,7 +359,7 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
     elif ca:
         parts.append(
             _table(
-                ["Plugin", "Steering median / p95 (ms)", "Follow-up turn, same process (s)", "Turn in a new process (s)"],
+                ["Plugin", "Follow-up pickup after the reply, median / p95 (ms)", "Follow-up turn in the live process (s)", "Same message as a new run (s)"],
                 [
                     [r["plugin"], f"{_f(r['steering_ms']['median'])} / {_f(r['steering_ms']['p95'])}",
                      _f(r["same_process_turn_s"], 3), _f(r["new_process_turn_s"], 3)]

@@ -21,8 +21,9 @@ from typing import Any
 from runner_kit.http import POOL_LIMITS, close_shared_client
 from runner_kit.results import ResultBuilder, StreamPolicy
 from runner_kit.usage import UsageTotals
+from runners_cli.host import Identity
 
-from .common import answer, median, now_ns, pct, prefix_lengths, rtype, tokens, tokens_in, wire_bytes
+from .common import answer, median, pct, prefix_lengths, rtype, tokens, tokens_in, wire_bytes
 from .drive import Turn, floor_turn, load_runner, runner_turn
 from .params import Params
 from .registry import CODING_AGENTS, HttpPlugin
@@ -490,60 +491,54 @@ async def coding_agents(p: Params) -> dict[str, Any]:
         return {"status": "not applicable", "reason": "no coding-agent runner has landed", "rows": []}
     rows = []
     for entry in CODING_AGENTS:
-        agent = entry.start_agent()
+        srv = entry.start()
         try:
-            rows.append(await _coding_agent(entry, agent, p))
+            rows.append(await _coding_agent(entry, srv, p))
         finally:
-            entry.stop_agent(agent)
+            entry.stop(srv)
     return {"status": "measured", "rows": rows}
 
 
-async def _coding_agent(entry: Any, agent: Any, p: Params) -> dict[str, Any]:
+async def _coding_agent(entry: Any, srv: Any, p: Params) -> dict[str, Any]:
+    """Follow-up pickup (a turn's reply reached the host -> the follow-up's model call reached the
+    model API) and a follow-up turn in the live agent process against the same message as a run of
+    its own (a new agent process resuming the stored session), both seen from the host."""
     runner, host = load_runner(entry.plugin)
-    config = entry.config(agent)
-    # follow-up latency: queue a steering message while a turn is open, time until the agent has it
-    entry.long_turn(agent)
-    ctx = host.make_context("start", config=config, steering=True)
-    latencies = []
-
-    async def consume() -> None:
+    config = entry.config(srv)
+    pickups: list[float] = []
+    live_turns: list[float] = []
+    fresh_runs: list[float] = []
+    for i in range(p.coding_rounds):
+        entry.answer(srv, ["word "] * 8, 0.02)
+        conversation = Identity(conversation_id=f"bench-coding-{i}")
+        ctx = host.make_context(f"start {i}", config=config, steering=True, identity=conversation)
+        follow = f"follow-up {i}"
+        queued = False
+        completed: list[float] = []
         async for result in runner.invoke(ctx):
             host.apply_result(ctx.run_id, result)
-
-    task = asyncio.create_task(consume())
-    try:
-        for i in range(5):
-            text = f"follow-up {i}"
-            t0 = now_ns()
-            host.queue_steering(ctx, text)
-            while (t1 := entry.received(agent, text)) is None:
-                if task.done():
-                    raise RuntimeError("the turn ended before the follow-up was received")
-                await asyncio.sleep(0.001)
-            latencies.append((t1 - t0) / 1e6)
-    finally:
-        entry.finish_turn(agent)
-        await asyncio.wait_for(task, 60)
-    # follow-up turn in the same process vs a turn in a new process
-    t0 = time.perf_counter()
-    await runner_turn(runner, host, config, "second turn", keep=False)
-    same = time.perf_counter() - t0
-    code = (
-        "import asyncio, sys\n"
-        "from bench.drive import load_runner, runner_turn\n"
-        f"async def main():\n    r, h = load_runner({entry.plugin!r})\n"
-        f"    await runner_turn(r, h, {config!r}, 'fresh turn', keep=False)\n"
-        "asyncio.run(main())\n"
-    )
-    t0 = time.perf_counter()
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, cwd=ROOT)
-    if await asyncio.wait_for(proc.wait(), 600) != 0:
-        raise RuntimeError(f"the new-process turn of {entry.plugin} failed")
-    fresh = time.perf_counter() - t0
+            kind = rtype(result)
+            if kind == "message.delta" and not queued:
+                host.queue_steering(ctx, follow)
+                queued = True
+            elif kind == "message.completed":
+                completed.append(time.time())
+        if len(completed) != 2:
+            raise RuntimeError(f"{entry.plugin}: expected two replies in one run, got {len(completed)}")
+        got = next(r.received_at for r in list(srv.requests) if follow.encode() in r.body)
+        pickups.append((got - completed[0]) * 1000)
+        live_turns.append(completed[1] - completed[0])
+        t0 = time.time()
+        ctx2 = host.make_context(follow, config=config, identity=conversation)
+        async for result in runner.invoke(ctx2):
+            host.apply_result(ctx2.run_id, result)
+            if rtype(result) == "message.completed":
+                fresh_runs.append(time.time() - t0)
+    live, fresh = median(live_turns), median(fresh_runs)
     return {
         "plugin": entry.plugin,
-        "steering_ms": {"median": median(latencies), "p95": pct(latencies, 95)},
-        "same_process_turn_s": same,
+        "steering_ms": {"median": median(pickups), "p95": pct(pickups, 95)},
+        "same_process_turn_s": live,
         "new_process_turn_s": fresh,
-        "ratio": same / fresh,
+        "ratio": live / fresh,
     }
