@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p_chat.add_argument("-m", "--message", metavar="TEXT", help="send one message and exit")
     p_chat.add_argument(
+        "--follow-up", action="append", default=[], metavar="TEXT",
+        help="with -m: a message sent while the run answers (runners that take follow-ups); repeatable",
+    )
+    p_chat.add_argument(
         "--state", metavar="FILE", default=None,
         help="SQLite file for persistent runner state (default: .runners/chat-state.sqlite)",
     )
@@ -103,6 +107,10 @@ def cmd_chat(args: argparse.Namespace) -> int:
     except ChatError as exc:
         print(f"runners chat: {exc}", file=sys.stderr)
         return 2
+    if args.follow_up and args.message is None:
+        print("runners chat: --follow-up needs -m (in the interactive chat, type while the agent works)",
+              file=sys.stderr)
+        return 2
     state = Path(args.state) if args.state else Path.cwd() / DEFAULT_STATE
     return chat(
         info,
@@ -112,6 +120,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         conversation=args.conversation,
         user=args.user,
         verbose=args.verbose,
+        follow_ups=args.follow_up,
     )
 
 

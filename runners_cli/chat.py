@@ -16,6 +16,7 @@ import os
 import re
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -237,6 +238,8 @@ class ChatSession:
         self.identity = Identity(conversation_id=self.conversation, actor_id=actor, actor_name=actor)
         self.host: LocalHost | None = None
         self.runner: Any = None
+        self.current: Any = None  # the running turn's context (for follow-ups)
+        self._pending_follow_ups: list[str] = []
 
     async def start(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -255,10 +258,23 @@ class ChatSession:
             if self.host is not None:
                 self.host.store.close()
 
-    async def turn(self, text: str) -> TurnOutcome:
+    @property
+    def steering(self) -> bool:
+        """The runner takes follow-ups during a run (LangBot claims them for it)."""
+        return bool(self.info.capabilities.get("steering"))
+
+    async def turn(self, text: str, follow_ups: list[str] | None = None) -> TurnOutcome:
+        """One run; ``follow_ups`` are sent while it answers (after its first streamed text), as a
+        person typing during the run would."""
         assert self.host is not None and self.runner is not None
         outcome = TurnOutcome()
-        ctx = self.host.make_context(text, config=dict(self.config), identity=self.identity)
+        ctx = self.host.make_context(text, config=dict(self.config), identity=self.identity,
+                                     steering=self.steering)
+        self.current = ctx
+        self._pending_follow_ups = list(follow_ups or []) if self.steering else []
+        if follow_ups and not self.steering:
+            self.printer.note(f"{self.info.runner_id} does not take follow-ups during a run; --follow-up ignored",
+                              dim=False)
         p = self.printer
         try:
             await self._consume(ctx, outcome)
@@ -268,8 +284,18 @@ class ChatSession:
                 "retryable": False,
                 "error": self.redact(f"the runner raised {type(exc).__name__}: {exc}"),
             }
+        finally:
+            self.current = None
         p.end_line()
         return outcome
+
+    def follow_up(self, text: str) -> bool:
+        """Hand a message typed during a run to that run (as LangBot's steering does)."""
+        if self.current is None or not self.steering or self.host is None:
+            return False
+        self.host.queue_steering(self.current, text)
+        self.printer.note(f"(follow-up queued for the running turn: {_short(text, 60)})")
+        return True
 
     def redact(self, text: str) -> str:
         for secret in self.secrets:
@@ -285,6 +311,10 @@ class ChatSession:
             data = result.data or {}
             if rtype == "message.delta":
                 p.delta(data.get("chunk") or {})
+                if self._pending_follow_ups:
+                    for text in self._pending_follow_ups:
+                        self.follow_up(text)
+                    self._pending_follow_ups = []
             elif rtype == "message.completed":
                 p.completed(data)
             elif rtype == "tool.call.started":
@@ -339,7 +369,72 @@ def _read_line(stdin: TextIO) -> str:
         signal.signal(signal.SIGINT, previous)
 
 
-async def run_session(session: ChatSession, message: str | None, stdin: TextIO) -> int:
+async def _lines_in_background(stdin: TextIO) -> asyncio.Queue[str]:
+    """stdin lines read by a daemon thread (so a person can type while a turn is running); an
+    empty string marks the end of input."""
+    loop = asyncio.get_running_loop()
+    lines: asyncio.Queue[str] = asyncio.Queue()
+
+    def read() -> None:
+        while True:
+            try:
+                line = stdin.readline()
+            except (OSError, ValueError):
+                line = ""
+            loop.call_soon_threadsafe(lines.put_nowait, line)
+            if not line:
+                return
+
+    threading.Thread(target=read, name="runners-chat-stdin", daemon=True).start()
+    return lines
+
+
+async def _steering_repl(session: ChatSession, stdin: TextIO) -> int:
+    """The REPL for runners that take follow-ups: a line typed while a turn runs goes to that turn
+    (LangBot claims such messages for the active run), otherwise it starts the next turn."""
+    lines = await _lines_in_background(stdin)
+    failed = False
+    session.printer.note("type while the agent works to send a follow-up to the running turn")
+    while True:
+        session.err.write("> ")
+        session.err.flush()
+        line = await lines.get()
+        if not line:
+            break
+        text = line.rstrip("\r\n")
+        if text.strip() in EXIT_COMMANDS:
+            break
+        if text.strip() == "/reset":
+            assert session.host is not None
+            session.host.reset_conversation(session.identity)
+            session.printer.note("conversation state cleared")
+            continue
+        if not text.strip():
+            continue
+        turn = asyncio.ensure_future(session.turn(text))
+        ended = False
+        while not turn.done():
+            getter = asyncio.ensure_future(lines.get())
+            done, _ = await asyncio.wait({turn, getter}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                break
+            typed = getter.result()
+            if not typed:
+                ended = True
+                continue
+            if typed.strip() and not session.follow_up(typed.rstrip("\r\n")):
+                session.printer.note("(the turn had ended; send it again)")
+        outcome = await turn
+        session.report(outcome)
+        failed = failed or outcome.failed is not None
+        if ended:
+            break
+    return 1 if failed else 0
+
+
+async def run_session(session: ChatSession, message: str | None, stdin: TextIO,
+                      follow_ups: list[str] | None = None) -> int:
     """One event loop for the whole session: a single turn (-m) or a REPL until EOF or /exit."""
     failed = False
     try:
@@ -352,7 +447,7 @@ async def run_session(session: ChatSession, message: str | None, stdin: TextIO) 
             )
             return 1
         if message is not None:
-            outcome = await session.turn(message)
+            outcome = await session.turn(message, follow_ups)
             session.report(outcome)
             return 1 if outcome.failed is not None else 0
         interactive = bool(getattr(stdin, "isatty", lambda: False)())
@@ -361,6 +456,8 @@ async def run_session(session: ChatSession, message: str | None, stdin: TextIO) 
                 f"chatting with {session.info.runner_id} (conversation {session.conversation!r}); "
                 "/exit to quit, /reset to forget the conversation"
             )
+            if session.steering:
+                return await _steering_repl(session, stdin)
         while True:
             if interactive:
                 session.err.write("> ")
@@ -403,6 +500,7 @@ def chat(
     out: TextIO | None = None,
     err: TextIO | None = None,
     verbose: bool = False,
+    follow_ups: list[str] | None = None,
 ) -> int:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.ERROR,
@@ -418,4 +516,4 @@ def chat(
         out=out or sys.stdout,
         err=err or sys.stderr,
     )
-    return asyncio.run(run_session(session, message, stdin or sys.stdin))
+    return asyncio.run(run_session(session, message, stdin or sys.stdin, follow_ups))

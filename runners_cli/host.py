@@ -344,8 +344,11 @@ class LocalHost:
         steering: bool = False,
         deadline_at: float | None = None,
         surface: str = "platform",
+        resources: dict[str, Any] | None = None,
     ) -> RunnerContext:
-        """Build a RunnerContext the way LangBot 4.11.2's context builder does for a pipeline run."""
+        """Build a RunnerContext the way LangBot 4.11.2's context builder does for a pipeline run.
+        ``resources`` adds to what the run is granted (``{"tools": [{"tool_name": ..., "operations":
+        ["call"]}], "knowledge_bases": [...]}``; plugin storage is granted unless it says otherwise)."""
         ident = identity or Identity()
         config = dict(config or {})
         run_id = str(uuid.uuid4())
@@ -399,7 +402,7 @@ class LocalHost:
             },
             # a pipeline delivers automatically; agent debug (surface webui) does not
             "delivery": {"surface": surface, "automatic_reply": surface == "platform", "supports_streaming": True},
-            "resources": {"storage": {"plugin_storage": True, "workspace_storage": False}},
+            "resources": {"storage": {"plugin_storage": True, "workspace_storage": False}, **(resources or {})},
             "context": {
                 "conversation_id": ident.conversation_id,
                 "available_apis": {
@@ -513,6 +516,11 @@ class LocalHost:
             if tool not in self.tool_results:
                 raise ActionCallError(f"Tool {tool} not found")
             return {"result": self.tool_results[tool]}
+        if name == "get_tool_detail":
+            tool = data.get("tool_name")
+            if tool not in self.tool_results:
+                raise ActionCallError(f"Tool {tool} not found")
+            return {"tool": {"name": tool, "description": "", "parameters": {"type": "object", "properties": {}}}}
         if name == "retrieve_knowledge_base":
             return {"results": list(self.kb_results)}
         raise ActionCallError(f"Unsupported action: {name}")

@@ -229,3 +229,55 @@ def test_first_ctrl_c_at_the_prompt_ends_the_session(tmp_path: Path) -> None:
             proc.kill()
             proc.wait()
     assert code == 130
+
+
+PROBE_DIR = ROOT / "tests" / "e2e" / "steer_probe"  # a scripted multi-turn runner on the kit
+
+
+def test_chat_follow_up_is_answered_in_the_same_run(tmp_path: Path) -> None:
+    from runners_cli.chat import chat
+    from runners_cli.plugins import load_plugin
+
+    out, err = io.StringIO(), io.StringIO()
+    rc = chat(load_plugin(PROBE_DIR), config={"turn-seconds": 0.6}, message="first", follow_ups=["second"],
+              state_path=tmp_path / "s.sqlite", out=out, err=err)
+    assert rc == 0, err.getvalue()
+    assert out.getvalue().splitlines() == ["reply 0: first", "reply 1: second"]
+    assert "follow-up queued" in err.getvalue()
+
+
+def test_chat_follow_up_needs_a_message(tmp_path: Path) -> None:
+    done = _chat("dify-agent", "--follow-up", "x", cwd=tmp_path)
+    assert done.returncode == 2 and "--follow-up needs -m" in done.stderr
+
+
+class _TypingTerminal(io.StringIO):
+    """A terminal where the person types each line after a pause (read from a thread)."""
+
+    def __init__(self, lines: list[tuple[float, str]]):
+        super().__init__()
+        self._lines = list(lines)
+
+    def isatty(self) -> bool:
+        return True
+
+    def readline(self, *_: object) -> str:
+        import time
+
+        if not self._lines:
+            return ""
+        pause, line = self._lines.pop(0)
+        time.sleep(pause)
+        return line + "\n"
+
+
+def test_interactive_chat_sends_lines_typed_during_a_turn_to_that_turn(tmp_path: Path) -> None:
+    from runners_cli.chat import chat
+    from runners_cli.plugins import load_plugin
+
+    out, err = io.StringIO(), io.StringIO()
+    typed = _TypingTerminal([(0.0, "first"), (0.3, "meanwhile"), (2.0, "later"), (1.5, "/exit")])
+    rc = chat(load_plugin(PROBE_DIR), config={"turn-seconds": 0.8}, message=None, stdin=typed,
+              state_path=tmp_path / "s.sqlite", out=out, err=err)
+    assert rc == 0, err.getvalue()
+    assert out.getvalue().splitlines() == ["reply 0: first", "reply 1: meanwhile", "reply 0: later"]
