@@ -689,3 +689,36 @@ class FakeModelAPI(PlatformFake):
         await sse.event("response.completed", {"response": {**response, "status": "completed", "output": items,
                                                             "usage": self._openai_usage(plan, n_in)}})
         await resp.end()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Serve the fake on a free loopback port until Ctrl-C (to try the coding-agent runners with
+    ``runners chat`` offline): ``uv run python -m tests.fakes.model_api [--tool 'echo hi']``."""
+    import argparse
+    import signal as _signal
+    import threading
+
+    ap = argparse.ArgumentParser(prog="python -m tests.fakes.model_api", description=main.__doc__)
+    ap.add_argument("--key", default="sk-test", help="the API key it accepts (default sk-test)")
+    ap.add_argument("--tool", default=None, metavar="COMMAND",
+                    help="answer each new prompt with a shell tool call running COMMAND first")
+    ap.add_argument("--answer", default=None, metavar="TEXT", help="the text to answer with")
+    args = ap.parse_args(argv)
+    api = FakeModelAPI(api_keys=(args.key,))
+    api.tool_command = args.tool
+    if args.answer:
+        api.answer_tokens = [w + " " for w in args.answer.split()]
+    api.start()
+    print(f"Anthropic base URL: {api.anthropic_base_url()}\nOpenAI base URL:    {api.openai_base_url()}\n"
+          f"API key: {args.key}\n(scenario prefixes such as {api.anthropic_base_url('tool')} also work; Ctrl-C stops)",
+          flush=True)
+    stop = threading.Event()
+    _signal.signal(_signal.SIGINT, lambda *_: stop.set())
+    _signal.signal(_signal.SIGTERM, lambda *_: stop.set())
+    stop.wait()
+    api.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
