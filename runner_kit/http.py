@@ -64,7 +64,7 @@ def timeout_for(budget: float, connect: float = 10.0) -> httpx.Timeout:
     return httpx.Timeout(connect=min(connect, budget), read=budget, write=budget, pool=budget)
 
 
-ErrorParser = Callable[[int, bytes, str], RunnerError]
+ErrorParser = Callable[[int, bytes, str], Exception]  # a RunnerError, or SessionMissing for a gone conversation
 
 
 def base_url(

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from .errors import RunnerError
-from .http import read_bounded
+from .errors import RunnerError, SessionMissing
+from .http import ErrorParser, open_stream, read_bounded
 from .logs import get_logger
 from .streams import SSEEvent
 
@@ -79,6 +81,50 @@ async def read_json_answer(resp: httpx.Response, ctype: str, platform: str, hint
     if doc is None:
         raise RunnerError("upstream.protocol", f"{platform} returned a body that is not a JSON object")
     return doc
+
+
+@dataclass
+class Answer:
+    """An answering response: its event stream (``json`` None) or the one JSON answer a platform
+    sent instead (blocking mode, or an error envelope with 200)."""
+
+    resp: httpx.Response
+    json: dict[str, Any] | None
+
+
+@asynccontextmanager
+async def open_answer(
+    client: httpx.AsyncClient,
+    url: str,
+    *,
+    budget: float,
+    platform: str,
+    parse_error: ErrorParser,
+    hint: str,
+    gone: Callable[[int, bytes], bool] | None = None,
+    method: str = "POST",
+    json_when_untyped: bool = False,
+    **kwargs: Any,
+) -> AsyncIterator[Answer]:
+    """Open the answer request the way every SSE platform needs it: an error status goes through
+    ``parse_error``, except the platform's own word that the stored conversation is gone
+    (``gone(status, body)``, passed only when a stored id was sent) which raises
+    :class:`SessionMissing`; a 2xx that is not an event stream is read as the platform's JSON answer
+    (an HTML page or other body becomes a clear ``upstream.protocol`` naming ``hint``). A response
+    without a content type counts as a stream unless ``json_when_untyped``."""
+
+    def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+        if gone is not None and gone(status, raw):
+            return SessionMissing()
+        return parse_error(status, raw, ctype)
+
+    async with open_stream(client, method, url, budget=budget, platform=platform, error_parser=on_error,
+                           **kwargs) as resp:
+        ctype = resp.headers.get("content-type", "").lower()
+        doc = None
+        if (ctype or json_when_untyped) and "event-stream" not in ctype:
+            doc = await read_json_answer(resp, ctype, platform, hint)
+        yield Answer(resp, doc)
 
 
 async def sse_objects(

@@ -25,12 +25,12 @@ from typing import Any
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import finish_body, open_stream
+from runner_kit.http import finish_body
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import maybe_json, read_json_answer, tool_input
+from runner_kit.wire import maybe_json, open_answer, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, error_fields, map_error, parse_envelope, session_gone
@@ -154,27 +154,16 @@ class DashScopeAdapter(Adapter):
         url, body = self.request()
         sent_session = bool(body["input"].get("session_id"))
 
-        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
-            # only DashScope's own word that the session is unknown means the stored id is gone
-            if sent_session and session_gone(status, raw):
-                return SessionMissing()
-            return parse_envelope(status, raw, ctype)
-
         state = _State(sent=body["input"].get("session_id"))
-        async with open_stream(
-            self.env.client,
-            "POST",
-            url,
-            budget=self.env.budget(),
-            platform=self.platform,
-            error_parser=on_error,  # type: ignore[arg-type]
-            headers=self.headers,
-            json=body,
-        ) as resp:
+        # only DashScope's own word that the session is unknown means the stored id is gone
+        async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
+                               parse_error=parse_envelope, hint=BASE_URL_HINT,
+                               gone=session_gone if sent_session else None, headers=self.headers,
+                               json=body) as answer:
+            resp = answer.resp
             ctype = resp.headers.get("content-type", "").lower()
-            if ctype and "event-stream" not in ctype:
-                doc = await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)
-                for item in self._chunk(doc, state, None, blocking=True):
+            if answer.json is not None:
+                for item in self._chunk(answer.json, state, None, blocking=True):
                     yield item
                 for item in self._finish(state):
                     yield item

@@ -20,13 +20,13 @@ from typing import Any
 from urllib.parse import urljoin
 
 from runner_kit import events as ev
-from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.errors import RunnerError
 from runner_kit.http import finish_body, open_stream, read_json, timeout_for
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import maybe_json, read_json_answer, sse_objects, tool_input
+from runner_kit.wire import maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_envelope
@@ -130,28 +130,16 @@ class DifyAdapter(Adapter):
 
     async def stream(self) -> AsyncIterator[ev.Event]:
         url, body = await self._request()
-        sent_conversation = bool(body.get("conversation_id"))
-
-        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
-            # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
-            # (a proxy page, a wrong route) is an ordinary error and the id is kept
-            if sent_conversation and conversation_missing(status, raw):
-                return SessionMissing()
-            return parse_envelope(status, raw, ctype)
-
-        async with open_stream(
-            self.env.client,
-            "POST",
-            url,
-            budget=self.env.budget(),
-            platform=self.platform,
-            error_parser=on_error,  # type: ignore[arg-type]
-            headers=self.headers,
-            json=body,
-        ) as resp:
+        # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
+        # (a proxy page, a wrong route) is an ordinary error and the id is kept
+        gone = conversation_missing if body.get("conversation_id") else None
+        async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
+                               parse_error=parse_envelope, hint=BASE_URL_HINT, gone=gone,
+                               headers=self.headers, json=body) as answer:
+            resp = answer.resp
             ctype = resp.headers.get("content-type", "").lower()
-            if ctype and "event-stream" not in ctype:
-                for item in self._blocking(await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)):
+            if answer.json is not None:
+                for item in self._blocking(answer.json):
                     yield item
                 return
             state = _StreamState()

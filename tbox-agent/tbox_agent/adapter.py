@@ -38,7 +38,7 @@ from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import json_object, read_json_answer
+from runner_kit.wire import json_object, open_answer
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_http_error
@@ -150,27 +150,19 @@ class TboxAdapter(Adapter):
         url, body = await self._request()
         st = AnswerState(sent_conversation=bool(body.get("conversationId")))
 
-        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+        def gone(status: int, raw: bytes) -> bool:
             doc = json_object(raw)
             fields = error_fields(doc) if doc is not None else None
-            if st.sent_conversation and fields is not None and conversation_missing(fields[0], fields[1]):
-                return SessionMissing()
-            return parse_http_error(status, raw, ctype)
+            return fields is not None and conversation_missing(fields[0], fields[1])
 
-        async with open_stream(
-            self.env.client,
-            "POST",
-            url,
-            budget=self.env.budget(),
-            platform=self.platform,
-            error_parser=on_error,  # type: ignore[arg-type]
-            headers=self.headers,
-            json=body,
-        ) as resp:
+        async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
+                               parse_error=parse_http_error, hint=BASE_URL_HINT,
+                               gone=gone if st.sent_conversation else None, headers=self.headers,
+                               json=body) as answer:
+            resp = answer.resp
             ctype = resp.headers.get("content-type", "").lower()
-            if ctype and "event-stream" not in ctype:
-                doc = await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)
-                for item in self._blocking(doc, st):
+            if answer.json is not None:
+                for item in self._blocking(answer.json, st):
                     yield item
                 return
             events = iter_sse(self.env.watch(resp.aiter_bytes()))

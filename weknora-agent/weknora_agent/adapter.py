@@ -27,14 +27,14 @@ from typing import Any
 from urllib.parse import quote
 
 from runner_kit import events as ev
-from runner_kit.errors import RunnerError, SessionMissing
+from runner_kit.errors import RunnerError
 from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.usage import usage_from
-from runner_kit.wire import maybe_json, read_json_answer, sse_objects, tool_input
+from runner_kit.wire import maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, error_fields, map_error, parse_error, session_missing
@@ -169,27 +169,14 @@ class WeKnoraAdapter(Adapter):
         url = self.base + const.CHAT_PATHS[self.app_type].format(sid=quote(sid, safe=""))
         params = {"resource_urls": "public"} if self.env.config.get("public-resource-links") else None
 
-        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
-            # only WeKnora's own "Session not found" for a stored id means it is gone
-            if stored and session_missing(status, raw):
-                return SessionMissing()
-            return parse_error(status, raw, ctype)
-
-        async with open_stream(
-            self.env.client,
-            "POST",
-            url,
-            budget=self.env.budget(),
-            platform=self.platform,
-            error_parser=on_error,  # type: ignore[arg-type]
-            headers=self.headers,
-            params=params,
-            json=body,
-        ) as resp:
-            ctype = resp.headers.get("content-type", "").lower()
-            if "event-stream" not in ctype:
-                doc = await read_json_answer(resp, ctype, self.platform, BASE_URL_HINT)
-                fields = error_fields(doc)
+        # only WeKnora's own "Session not found" for a stored id means it is gone
+        async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
+                               parse_error=parse_error, hint=BASE_URL_HINT,
+                               gone=session_missing if stored else None, json_when_untyped=True,
+                               headers=self.headers, params=params, json=body) as answer:
+            resp = answer.resp
+            if answer.json is not None:
+                fields = error_fields(answer.json)
                 if fields is not None:
                     raise map_error(None, *fields)
                 raise RunnerError("upstream.protocol", f"{self.platform} answered with JSON instead of an "
