@@ -989,3 +989,74 @@ def test_follow_ups_during_a_run_each_get_their_own_reply(host: Host, probe: str
     assert "steering.dropped" not in json.dumps(inputs), inputs
     types = [e["type"] for e in host.run_events(run["run_id"])]
     assert types.count("message.completed") == 2 and types[-1] == "run.completed", types
+
+
+# --- a coding agent on the real host: follow-ups go to the live agent process ----------------------
+
+
+@pytest.fixture(scope="module")
+def claude_code(host: Host) -> PluginInfo:
+    info = find("claude-code-agent")
+    host.install_plugin(info)
+    return info
+
+
+def _claude_executable(kind: str) -> str:
+    if kind == "fake":
+        return str(Path(__file__).resolve().parents[1] / "fakes" / "cli" / "fake_claude.py")
+    from tests.real_peers.coding_clis import provide_coding_clis
+
+    return str(provide_coding_clis().claude)  # skips, saying why, when npm cannot install it
+
+
+@pytest.mark.parametrize("cli", ["fake", "real"])
+def test_claude_code_answers_a_follow_up_in_the_same_live_process(
+    host: Host, claude_code: PluginInfo, tmp_path: Path, cli: str
+) -> None:
+    """Claude Code (the scripted CLI, and the real claude 2.1.197 when it can be installed) behind a
+    pipeline: a message sent while it answers is claimed by the running run and answered by the same
+    claude process, each with its own reply; nothing is dropped and no process survives the run."""
+    from tests.fakes.model_api import FakeModelAPI
+
+    executable = _claude_executable(cli)
+    with FakeModelAPI() as api:
+        api.answer_tokens = ["Working ", "on ", "it ", "now."]
+        api.token_delay = 0.6
+        config = {"executable": executable, "base-url": api.anthropic_base_url(), "api-key": api.api_key,
+                  "workspace": str(tmp_path / "workspace"), "permission-mode": "read-only", "timeout": 120,
+                  "max-retries": 0}
+        pipeline = host.create_pipeline(f"claude-steer-{cli}", config, runner_id=claude_code.runner_id)
+        chat = ws_conversation(host, pipeline, [(0.0, "first question"), (1.2, "second question")], timeout=90)
+        shown = [r["content"] for r in chat.shown()]
+        say(f"claude-code ({cli}) replies: {shown}")
+        requests = api.model_requests()
+    run = host.finished_run(chat.conversation_id)
+    assert run["status"] == "completed", run
+    assert len(host.runs(chat.conversation_id)) == 1
+    assert shown == ["Working on it now.", "Working on it now."], shown
+    prompts = [json.dumps(r.body.get("messages"), ensure_ascii=False) for r in requests]
+    assert any("second question" in p and "first question" in p for p in prompts), \
+        "the follow-up went to the same claude session (its history holds the first question)"
+    if cli == "fake":
+        pids = [int(r.headers["x-fake-agent-pid"]) for r in requests if "x-fake-agent-pid" in r.headers]
+        assert len(pids) >= 2 and len(set(pids)) == 1, pids
+    inputs = json.dumps(run_inputs(host, run["run_id"]))
+    assert "steering.injected" in inputs and "steering.dropped" not in inputs
+    events = [e["type"] for e in host.run_events(run["run_id"])]
+    assert events.count("message.completed") == 2 and events[-1] == "run.completed", events
+    workspace = tmp_path / "workspace"
+    wait_for("every process working in the agent's workspace to end", lambda: not _working_in(workspace), 10,
+             interval=0.2)
+
+
+def _working_in(directory: Path) -> list[int]:
+    """Pids whose working directory is ``directory`` or below (orphaned tool shells included)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd == directory or directory in cwd.parents:
+            found.append(int(entry.name))
+    return found
