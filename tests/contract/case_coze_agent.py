@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen, keyed_second_bot
 
 KEY = "pat_contract_secret_token_0001"
 BOT = "7400000000000000042"
@@ -20,19 +20,6 @@ def _start() -> Any:
 
 def _config(srv: Any, key: str = KEY) -> dict[str, Any]:
     return {"api-base": srv.base_url, "api-key": key, "bot-id": BOT}
-
-
-def _answer(srv: Any, tokens: list[str], delay: float) -> None:
-    srv.answer_tokens = tokens
-    srv.token_delay = delay
-
-
-def _no_usage(srv: Any) -> None:
-    srv.include_usage = False
-
-
-def _set_fault(srv: Any, name: str) -> None:
-    srv.fault = name
 
 
 def _stall(srv: Any, pings: bool) -> None:
@@ -66,26 +53,16 @@ def _seen(srv: Any) -> list[Seen]:
     return out
 
 
-def _second_bot(srv: Any, key: str) -> dict[str, Any]:
-    srv.api_keys.add(key)
-    return _config(srv, key)
-
-
 def cases() -> list[PluginCase]:
     # Coze's http_* bodies carry Coze codes that agree with the status (4000/4100/4101/4200/4302/
     # 4009/5000), and its error event carries code 5000 (server error, retry later), so the shared
     # expectations hold unchanged.
-    faults = dict(HTTP_FAULTS)
     return [
         PluginCase(
             plugin="coze-agent",
             start_server=_start,
             config=_config,
-            secrets=lambda srv: [KEY],
-            answer=_answer,
-            no_usage=_no_usage,
-            set_fault=_set_fault,
-            faults=faults,
+            key=KEY,
             image_received=_image_received,
             cancel_seen=lambda srv: bool(srv.cancelled),
             base_url_key="api-base",
@@ -93,7 +70,7 @@ def cases() -> list[PluginCase]:
             think=_think,
             forget_sessions=lambda srv: srv.forget_conversations(),
             seen=_seen,
-            second_bot=_second_bot,
+            second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
         )

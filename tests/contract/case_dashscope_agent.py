@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen
 
 KEY = "sk-contract-secret-key"
 APP = "app-contract"
@@ -26,14 +26,6 @@ def _answer(srv: Any, tokens: list[str], delay: float) -> None:
     srv.mode = "agent"
     srv.answer_tokens = tokens
     srv.token_delay = delay
-
-
-def _no_usage(srv: Any) -> None:
-    srv.include_usage = False
-
-
-def _set_fault(srv: Any, name: str) -> None:
-    srv.fault = name
 
 
 def _stall(srv: Any, pings: bool) -> None:
@@ -59,17 +51,13 @@ def _seen(srv: Any) -> list[Seen]:
 
 
 def cases() -> list[PluginCase]:
-    faults = dict(HTTP_FAULTS)
     return [
         PluginCase(
             plugin="dashscope-agent",
             start_server=_start,
             config=_config,
-            secrets=lambda srv: [KEY],
+            key=KEY,
             answer=_answer,
-            no_usage=_no_usage,
-            set_fault=_set_fault,
-            faults=faults,
             stall=_stall,
             think=_think,
             forget_sessions=lambda srv: srv.forget_conversations(),

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen
 
 KEY = "df-pat-contract-secret-token"
 
@@ -90,11 +90,10 @@ def cases() -> list[PluginCase]:
             plugin="deerflow-agent",
             start_server=start,
             config=config,
-            secrets=lambda srv: [KEY],
+            key=KEY,
             answer=answer,
             no_usage=no_usage,
             set_fault=set_fault,
-            faults=dict(HTTP_FAULTS),
             image_received=image_received,
             cancel_seen=lambda srv: bool(srv.cancelled),
             base_url_key="api-base",

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen, faults_with
 
 KEY = "sk-langflow-contract-secret-key"
 
@@ -79,17 +79,15 @@ def cases() -> list[PluginCase]:
         return any(path in srv.uploads and srv.uploads[path].startswith(b"\x89PNG")
                    for run in srv.runs for path in run.files)
 
-    faults = dict(HTTP_FAULTS)
-    faults["http_403"] = ("upstream.auth", False)
-    faults["http_404"] = ("config.invalid", False)
-    faults["error_event"] = ("upstream.error", False)
+    faults = faults_with(http_403=("upstream.auth", False), http_404=("config.invalid", False),
+                         error_event=("upstream.error", False))
 
     return [
         PluginCase(
             plugin="langflow-agent",
             start_server=start,
             config=config,
-            secrets=lambda srv: [KEY],
+            key=KEY,
             answer=answer,
             no_usage=no_usage,
             set_fault=set_fault,

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen
 
 TOKEN = "licos-contract-user-token"
 
@@ -71,11 +71,10 @@ def cases() -> list[PluginCase]:
             plugin="licos-agent",
             start_server=start,
             config=config,
-            secrets=lambda srv: [TOKEN],
+            key=TOKEN,
             answer=answer,
             no_usage=no_usage,
             set_fault=set_fault,
-            faults=dict(HTTP_FAULTS),
             image_received=lambda srv: any(v.startswith(b"\x89PNG") for v in srv.uploads.values()),
             cancel_seen=lambda srv: bool(srv.cancelled),
             stall=stall,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen, faults_with
 
 KEY = "n8n-contract-secret-key"
 HEADER = "X-N8N-Key"
@@ -77,15 +77,13 @@ def cases() -> list[PluginCase]:
         srv.api_keys.add(key)
         return _config(srv, key)
 
-    faults = dict(HTTP_FAULTS)
-    faults["http_500"] = ("upstream.error", False)
-    faults["error_event"] = ("upstream.error", False)
+    faults = faults_with(http_500=("upstream.error", False), error_event=("upstream.error", False))
     return [
         PluginCase(
             plugin="n8n-agent",
             start_server=start,
             config=_config,
-            secrets=lambda srv: [KEY],
+            key=KEY,
             answer=answer,
             no_usage=no_usage,
             set_fault=set_fault,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen, faults_with, keyed_second_bot
 
 KEY = "pat_contract_tbox_secret_0001"
 APP = "202501010000000042"
@@ -22,17 +22,8 @@ def _config(srv: Any, key: str = KEY) -> dict[str, Any]:
     return {"base-url": srv.base_url, "api-key": key, "app-id": APP}
 
 
-def _answer(srv: Any, tokens: list[str], delay: float) -> None:
-    srv.answer_tokens = tokens
-    srv.token_delay = delay
-
-
 def _no_usage(srv: Any) -> None:
     srv.include_usage = False  # no charge message: Tbox then says nothing about tokens
-
-
-def _set_fault(srv: Any, name: str) -> None:
-    srv.fault = name
 
 
 def _stall(srv: Any, pings: bool) -> None:
@@ -60,32 +51,24 @@ def _seen(srv: Any) -> list[Seen]:
     return out
 
 
-def _second_bot(srv: Any, key: str) -> dict[str, Any]:
-    srv.api_keys.add(key)
-    return _config(srv, key)
-
-
 def cases() -> list[PluginCase]:
-    faults = dict(HTTP_FAULTS)
     # Tbox's ``event: error`` carries only a description (here a model failure), with no status or
     # code that says it is transient, so it is an ordinary upstream error, not a retryable outage.
-    faults["error_event"] = ("upstream.error", False)
+    faults = faults_with(error_event=("upstream.error", False))
     return [
         PluginCase(
             plugin="tbox-agent",
             start_server=_start,
             config=_config,
-            secrets=lambda srv: [KEY],
-            answer=_answer,
+            key=KEY,
             no_usage=_no_usage,
-            set_fault=_set_fault,
             faults=faults,
             image_received=_image_received,
             stall=_stall,
             think=_think,
             forget_sessions=lambda srv: srv.forget_conversations(),
             seen=_seen,
-            second_bot=_second_bot,
+            second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
         )

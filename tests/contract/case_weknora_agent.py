@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import PluginCase, Seen, faults_with, keyed_second_bot
 
 KEY = "sk-weknora-contract-secret-0001"
 
@@ -30,10 +30,6 @@ def _answer(srv: Any, tokens: list[str], delay: float) -> None:
 
 def _no_usage(srv: Any) -> None:
     srv.include_usage = False  # what a real WeKnora does
-
-
-def _set_fault(srv: Any, name: str) -> None:
-    srv.fault = name
 
 
 def _stall(srv: Any, pings: bool) -> None:
@@ -63,26 +59,19 @@ def _seen(srv: Any) -> list[Seen]:
     return out
 
 
-def _second_bot(srv: Any, key: str) -> dict[str, Any]:
-    srv.api_keys.add(key)
-    return _config(srv, key)
-
-
 def cases() -> list[PluginCase]:
-    faults = dict(HTTP_FAULTS)
     # WeKnora's in-stream error carries only a message and the failed stage (no status, no code), so
     # a transient model outage cannot be told from a configuration problem: it is reported as
     # upstream.error with WeKnora's words, not retried blindly.
-    faults["error_event"] = ("upstream.error", False)
+    faults = faults_with(error_event=("upstream.error", False))
     return [
         PluginCase(
             plugin="weknora-agent",
             start_server=_start,
             config=_config,
-            secrets=lambda srv: [KEY],
+            key=KEY,
             answer=_answer,
             no_usage=_no_usage,
-            set_fault=_set_fault,
             faults=faults,
             image_received=_image_received,
             cancel_seen=lambda srv: bool(srv.stopped),
@@ -90,7 +79,7 @@ def cases() -> list[PluginCase]:
             think=_think,
             forget_sessions=lambda srv: srv.forget_conversations(),
             seen=_seen,
-            second_bot=_second_bot,
+            second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
         )

@@ -51,17 +51,41 @@ class Seen:
     cookie: str | None = None  # a Cookie header, which no request may carry
 
 
+def stream_tokens(srv: Any, tokens: list[str], delay: float) -> None:
+    """The usual ``answer`` hook: the fake streams ``answer_tokens`` ``token_delay`` apart."""
+    srv.answer_tokens = list(tokens)
+    srv.token_delay = delay
+
+
+def faults_with(**overrides: tuple[str, bool]) -> dict[str, tuple[str, bool]]:
+    """The shared fault expectations with a platform's own (``faults_with(http_404=(...))``)."""
+    return {**HTTP_FAULTS, **overrides}
+
+
+def keyed_second_bot(config: Callable[[Any, str], dict[str, Any]]) -> Callable[[Any, str], dict[str, Any]]:
+    """A ``second_bot`` hook for fakes that accept several keys (``api_keys``): the other bot's
+    config is ``config(srv, key)``."""
+
+    def second_bot(srv: Any, key: str) -> dict[str, Any]:
+        srv.api_keys.add(key)
+        return config(srv, key)
+
+    return second_bot
+
+
 @dataclass
 class PluginCase:
-    """How the contract suite drives one plugin."""
+    """How the contract suite drives one plugin. The hooks default to the names every fake on
+    ``PlatformFake`` uses (``answer_tokens``/``token_delay``, ``include_usage``, ``fault``)."""
 
     plugin: str  # directory name
     start_server: Callable[[], Any]  # returns a started fake (context manager with .stop())
     config: Callable[[Any], dict[str, Any]]  # runner config pointing at the fake
-    secrets: Callable[[Any], list[str]]
-    answer: Callable[[Any, list[str], float], None]  # make the fake stream these tokens with this delay
-    no_usage: Callable[[Any], None]  # make the fake report no token usage
-    set_fault: Callable[[Any, str], None]
+    key: str | None = None  # the credential the config carries (the default ``secrets``)
+    secrets: Callable[[Any], list[str]] | None = None  # values that must never show; default [key]
+    answer: Callable[[Any, list[str], float], None] = stream_tokens  # stream these tokens, this far apart
+    no_usage: Callable[[Any], None] = lambda srv: setattr(srv, "include_usage", False)  # no token usage
+    set_fault: Callable[[Any, str], None] = lambda srv, name: setattr(srv, "fault", name)
     faults: dict[str, tuple[str, bool]] = field(default_factory=lambda: dict(HTTP_FAULTS))
     image_received: Callable[[Any], bool] | None = None  # multimodal_input check
     cancel_seen: Callable[[Any], bool] | None = None  # interrupt check
@@ -85,6 +109,11 @@ class PluginCase:
     # the agent process behind each upstream request, in order (one live process per run)
     agent_pids: Callable[[Any], list[int]] | None = None
 
+    def __post_init__(self) -> None:
+        if self.secrets is None:
+            key = self.key
+            self.secrets = lambda srv: [key] if key else []
+
 
 def _dify_cases() -> list[PluginCase]:
     from tests.fakes.dify import FakeDify
@@ -99,12 +128,6 @@ def _dify_cases() -> list[PluginCase]:
         srv.answer_tokens = tokens
         srv.token_delay = delay
 
-    def no_usage(srv: Any) -> None:
-        srv.include_usage = False
-
-    def set_fault(srv: Any, name: str) -> None:
-        srv.fault = name
-
     def stall(srv: Any, pings: bool) -> None:
         srv.mode = "chat"
         srv.answer_tokens = ["The first part ", "and the rest."]
@@ -114,6 +137,9 @@ def _dify_cases() -> list[PluginCase]:
         srv.mode = "chatflow"  # an LLM node with separated reasoning streams reasoning_chunk events
         srv.reasoning = "".join(thoughts)
         srv.answer_tokens = tokens
+
+    def dify_config(srv: Any, key: str = "app-contract-secret-key") -> dict[str, Any]:
+        return {"base-url": srv.base_url, "api-key": key, "app-type": "chat"}
 
     def seen(srv: Any) -> list[Seen]:
         out = []
@@ -128,11 +154,9 @@ def _dify_cases() -> list[PluginCase]:
         PluginCase(
             plugin="dify-agent",
             start_server=start,
-            config=lambda srv: {"base-url": srv.base_url, "api-key": "app-contract-secret-key", "app-type": "chat"},
-            secrets=lambda srv: ["app-contract-secret-key"],
+            config=dify_config,
+            key="app-contract-secret-key",
             answer=answer,
-            no_usage=no_usage,
-            set_fault=set_fault,
             image_received=lambda srv: any(
                 f.get("transfer_method") == "local_file" and f.get("type") == "image"
                 for r in srv.find_requests("POST", "/v1/chat-messages")
@@ -143,8 +167,7 @@ def _dify_cases() -> list[PluginCase]:
             think=think,
             forget_sessions=lambda srv: srv.forget_conversations(),
             seen=seen,
-            second_bot=lambda srv, key: (srv.api_keys.add(key), {
-                "base-url": srv.base_url, "api-key": key, "app-type": "chat"})[1],
+            second_bot=keyed_second_bot(dify_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
         )
