@@ -369,6 +369,20 @@ def _read_line(stdin: TextIO) -> str:
         signal.signal(signal.SIGINT, previous)
 
 
+def _command(session: ChatSession, line: str) -> str | None:
+    """What a typed line asks for besides a turn: ``exit`` (end of input, /exit), ``done`` (a
+    command that was handled, or a blank line), or None for a message to send."""
+    text = line.strip()
+    if not line or text in EXIT_COMMANDS:
+        return "exit"
+    if text == "/reset":
+        assert session.host is not None
+        session.host.reset_conversation(session.identity)
+        session.printer.note("conversation state cleared")
+        return "done"
+    return None if text else "done"
+
+
 async def _lines_in_background(stdin: TextIO) -> asyncio.Queue[str]:
     """stdin lines read by a daemon thread (so a person can type while a turn is running); an
     empty string marks the end of input."""
@@ -399,17 +413,11 @@ async def _steering_repl(session: ChatSession, stdin: TextIO) -> int:
         session.err.write("> ")
         session.err.flush()
         line = await lines.get()
-        if not line:
-            break
         text = line.rstrip("\r\n")
-        if text.strip() in EXIT_COMMANDS:
+        command = _command(session, line)
+        if command == "exit":
             break
-        if text.strip() == "/reset":
-            assert session.host is not None
-            session.host.reset_conversation(session.identity)
-            session.printer.note("conversation state cleared")
-            continue
-        if not text.strip():
+        if command == "done":
             continue
         turn = asyncio.ensure_future(session.turn(text))
         ended = False
@@ -468,17 +476,11 @@ async def run_session(session: ChatSession, message: str | None, stdin: TextIO,
                 if interactive:
                     session.err.write("\n")
                 return 130
-            if not line:
-                break
             text = line.rstrip("\r\n")
-            if text.strip() in EXIT_COMMANDS:
+            command = _command(session, line)
+            if command == "exit":
                 break
-            if text.strip() == "/reset":
-                assert session.host is not None
-                session.host.reset_conversation(session.identity)
-                session.printer.note("conversation state cleared")
-                continue
-            if not text.strip():
+            if command == "done":
                 continue
             outcome = await session.turn(text)
             session.report(outcome)

@@ -111,3 +111,41 @@ def state_updates(results: list[Any]) -> dict[str, Any]:
 
 
 __all__ = ["Identity", "LocalHost", "make_runner", "run", "terminal", "failure", "final_text", "deltas", "dump"]
+
+
+def messages(results: list[Any]) -> list[str]:
+    """The text of every complete message of a run, in order (a multi-turn run has one per turn)."""
+    out = []
+    for r in results:
+        if rtype(r) == "message.completed":
+            content = r.data["message"]["content"]
+            out.append(content if isinstance(content, str) else "".join(c.get("text") or "" for c in content))
+    return out
+
+
+async def collect(runner: Any, host: LocalHost, ctx: Any, during: Any = None) -> list[Any]:
+    """Invoke with an existing context, applying results to the host; ``during(result)`` runs after
+    each one (to queue follow-ups or change the fake mid-run)."""
+    out = []
+    async for result in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, result)
+        out.append(result)
+        if during is not None:
+            during(result)
+    return out
+
+
+async def children_left(timeout: float = 5.0) -> set[int]:
+    """Live descendants of this test process still running after ``timeout`` (empty when every
+    process a runner started has ended)."""
+    import asyncio
+    import time
+
+    from runner_kit.process import alive, descendants
+
+    end = time.monotonic() + timeout
+    while True:
+        left = {p for p in descendants(os.getpid()) if alive(p)}
+        if not left or time.monotonic() > end:
+            return left
+        await asyncio.sleep(0.05)

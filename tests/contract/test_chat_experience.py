@@ -12,7 +12,17 @@ import pytest
 
 from runners_cli.host import Identity
 from runners_cli.plugins import find
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import (
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    messages,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
 
 TOKENS = ["Hello", ", ", "this ", "is ", "the ", "answer."]
 ADVANCED = {"advanced-settings": True}
@@ -22,15 +32,6 @@ def need(case, *hooks: str) -> None:
     missing = [h for h in hooks if getattr(case, h) is None]
     if missing:
         pytest.skip(f"{case.plugin} has no {', '.join(missing)} hook")
-
-
-def messages(results) -> list[str]:
-    out = []
-    for r in results:
-        if rtype(r) == "message.completed":
-            content = r.data["message"]["content"]
-            out.append(content if isinstance(content, str) else "".join(c.get("text") or "" for c in content))
-    return out
 
 
 def declared(case, key: str) -> bool:

@@ -6,14 +6,12 @@ no process of ours is left alive."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 
 import pytest
 
-from runner_kit.process import alive, descendants
 from runners_cli.plugins import find
-from tests.helpers import failure, make_runner, rtype, terminal
+from tests.helpers import children_left, collect, failure, make_runner, messages, rtype, terminal
 
 TOKENS = ["Hello", ", ", "this ", "is ", "the ", "answer."]
 SLOW = ["working "] * 60
@@ -23,33 +21,6 @@ SLOW = ["working "] * 60
 def _steering_only(case):
     if not find(case.plugin).capabilities.get("steering"):
         pytest.skip(f"{case.plugin} does not declare steering")
-
-
-def messages(results) -> list[str]:
-    out = []
-    for r in results:
-        if rtype(r) == "message.completed":
-            content = r.data["message"]["content"]
-            out.append(content if isinstance(content, str) else "".join(c.get("text") or "" for c in content))
-    return out
-
-
-async def _collect(runner, host, ctx, during):
-    out = []
-    async for r in runner.invoke(ctx):
-        host.apply_result(ctx.run_id, r)
-        out.append(r)
-        during(r)
-    return out
-
-
-async def _no_children(timeout: float = 5.0) -> set[int]:
-    end = time.monotonic() + timeout
-    while True:
-        left = {p for p in descendants(os.getpid()) if alive(p)}
-        if not left or time.monotonic() > end:
-            return left
-        await asyncio.sleep(0.05)
 
 
 def _on_first_delta(action):
@@ -72,7 +43,7 @@ async def test_follow_up_is_answered_in_the_same_live_process_with_its_own_reply
         host.queue_steering(ctx, "second question")
         case.answer(server, TOKENS, 0.0)
 
-    results = await _collect(runner, host, ctx, _on_first_delta(follow_up))
+    results = await collect(runner, host, ctx, _on_first_delta(follow_up))
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     shown = messages(results)
     assert len(shown) == 2, shown
@@ -80,7 +51,7 @@ async def test_follow_up_is_answered_in_the_same_live_process_with_its_own_reply
     assert not host.steering, "the follow-up was taken"
     pids = case.agent_pids(server)
     assert len(pids) >= 2 and len(set(pids)) == 1, f"one live agent process for both turns: {pids}"
-    assert not await _no_children(), "no agent process survives the run"
+    assert not await children_left(), "no agent process survives the run"
 
 
 async def test_interrupt_mode_answers_a_follow_up_at_once(case, server, host):
@@ -94,12 +65,12 @@ async def test_interrupt_mode_answers_a_follow_up_at_once(case, server, host):
         host.queue_steering(ctx, "stop and do this")
 
     start = time.monotonic()
-    results = await _collect(runner, host, ctx, _on_first_delta(follow_up))
+    results = await collect(runner, host, ctx, _on_first_delta(follow_up))
     assert time.monotonic() - start < 5.0, "the running turn was interrupted"
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     shown = messages(results)
     assert len(shown) == 2 and shown[1].endswith("".join(TOKENS)), shown
-    assert not await _no_children()
+    assert not await children_left()
 
 
 async def test_a_failed_follow_up_turn_says_what_was_not_answered(case, server, host):
@@ -111,13 +82,13 @@ async def test_a_failed_follow_up_turn_says_what_was_not_answered(case, server, 
         host.queue_steering(ctx, "the follow-up that fails")
         case.set_fault(server, "http_500")
 
-    results = await _collect(runner, host, ctx, _on_first_delta(follow_up))
+    results = await collect(runner, host, ctx, _on_first_delta(follow_up))
     code, _, _ = failure(results)
     assert code == case.faults["http_500"][0]
     shown = messages(results)
     assert shown[0].startswith("first")
     assert "the follow-up that fails" in shown[-1] and "not answered" in shown[-1], shown
-    assert not await _no_children()
+    assert not await children_left()
 
 
 async def test_deadline_with_a_follow_up_waiting_reports_it_and_stops_the_agent(case, server, host):
@@ -125,13 +96,13 @@ async def test_deadline_with_a_follow_up_waiting_reports_it_and_stops_the_agent(
     runner = make_runner(case.plugin, host)
     deadline = time.time() + 4.0
     ctx = host.make_context("x", config=case.config(server), steering=True, deadline_at=deadline, surface="api")
-    results = await _collect(runner, host, ctx, _on_first_delta(lambda: host.queue_steering(ctx, "still there?")))
+    results = await collect(runner, host, ctx, _on_first_delta(lambda: host.queue_steering(ctx, "still there?")))
     assert time.time() < deadline
     code, retryable, _ = failure(results)
     assert (code, retryable) == ("upstream.timeout", True)
     assert "still there?" in messages(results)[-1]
     assert not host.steering
-    assert not await _no_children()
+    assert not await children_left()
 
 
 async def test_host_cancel_mid_turn_leaves_no_process(case, server, host):
@@ -143,7 +114,7 @@ async def test_host_cancel_mid_turn_leaves_no_process(case, server, host):
         if rtype(r) == "message.delta":
             break
     await gen.aclose()
-    assert not await _no_children(), "cancel stops the agent and everything it started"
+    assert not await children_left(), "cancel stops the agent and everything it started"
     await asyncio.sleep(0.05)
     stray = [t for t in asyncio.all_tasks() if t is not asyncio.current_task() and not t.done()]
     assert not stray, stray

@@ -10,7 +10,7 @@ from runner_kit.config import ConfigSchema
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.runner import INTERRUPTED_NOTE, Adapter, KitRunner
 from runners_cli.host import Identity, LocalHost
-from tests.helpers import deltas, failure, rtype, state_updates, stored_key, terminal
+from tests.helpers import collect, deltas, failure, messages, rtype, state_updates, stored_key, terminal
 
 SCHEMA = ConfigSchema.from_items(
     [
@@ -86,27 +86,12 @@ def wait_interrupt(limit=5.0):
     return step
 
 
-async def drive(runner, host, ctx, during=None):
-    """Invoke and collect; ``during(result, ctx)`` runs after each result (to queue follow-ups)."""
-    out = []
-    async for r in runner.invoke(ctx):
-        host.apply_result(ctx.run_id, r)
-        out.append(r)
-        if during is not None:
-            during(r, ctx)
-    return out
-
-
-def messages(results):
-    return [r.data["message"]["content"] for r in results if rtype(r) == "message.completed"]
-
-
-def queue_on_first_delta(host, *texts):
+def queue_on_first_delta(host, ctx, *texts):
     """Queue follow-ups as the first delta reaches the host (scripts pause after it, since the
     SDK's invoke lets the runner run ahead of its consumer)."""
     done = []
 
-    def during(r, ctx):
+    def during(r):
         if rtype(r) == "message.delta" and not done:
             done.append(True)
             for t in texts:
@@ -118,7 +103,7 @@ def queue_on_first_delta(host, *texts):
 async def test_follow_ups_are_answered_in_the_same_live_session_each_with_its_own_reply():
     r, host, cls = make([[sleep(0.05), ev.Text("first answer"), sleep(0.2), ev.Usage(3, 4)], [ev.Text("second answer"), ev.Usage(5, 6)]])
     ctx = host.make_context("do it", steering=True)
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "and also this"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "and also this"))
     assert messages(results) == ["first answer", "second answer"]
     turns = [e for e in cls.log if e[0] == "turn"]
     assert [(i, t) for _, i, t, _ in turns] == [(0, "do it"), (1, "and also this")]
@@ -136,7 +121,7 @@ async def test_follow_ups_are_answered_in_the_same_live_session_each_with_its_ow
 async def test_several_follow_ups_queued_together_become_one_turn_in_order():
     r, host, cls = make([[sleep(0.05), ev.Text("one"), sleep(0.2)], [ev.Text("two")]])
     ctx = host.make_context("start", steering=True)
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "A", "B"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "A", "B"))
     assert messages(results) == ["one", "two"]
     assert [e[2] for e in cls.log if e[0] == "turn"] == ["start", "A\n\nB"]
 
@@ -144,7 +129,7 @@ async def test_several_follow_ups_queued_together_become_one_turn_in_order():
 async def test_without_steering_the_run_is_one_turn():
     r, host, cls = make([[sleep(0.05), ev.Text("only"), sleep(0.2)], [ev.Text("never")]])
     ctx = host.make_context("x", steering=False)
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "later"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "later"))
     assert messages(results) == ["only"]
     assert len(host.steering) == 1, "a host without steering_pull keeps its own queue"
     assert cls.log[-1] == ("close",)
@@ -154,7 +139,7 @@ async def test_interrupt_mode_stops_the_running_turn_and_answers_the_follow_up_a
     r, host, cls = make([[ev.Text("working on it"), wait_interrupt(5.0), ev.Text(" and done")], [ev.Text("switched")]])
     ctx = host.make_context("long job", steering=True, config={"follow-up-mode": "interrupt"})
     start = time.monotonic()
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "stop, do this instead"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "stop, do this instead"))
     assert time.monotonic() - start < 3.0
     first, second = messages(results)
     assert first.startswith("working on it") and INTERRUPTED_NOTE in first and "done" not in first
@@ -166,7 +151,7 @@ async def test_interrupt_mode_stops_the_running_turn_and_answers_the_follow_up_a
 async def test_next_turn_mode_lets_the_turn_finish_first():
     r, host, cls = make([[ev.Text("a"), sleep(0.3), ev.Text("b")], [ev.Text("c")]])
     ctx = host.make_context("x", steering=True)
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "next"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "next"))
     assert messages(results) == ["ab", "c"]
     assert ("interrupt",) not in cls.log
 
@@ -177,7 +162,7 @@ async def test_a_failing_follow_up_turn_names_what_was_not_answered_and_closes_t
 
     r, host, cls = make([[sleep(0.05), ev.Text("ok"), sleep(0.2)], [fail]])
     ctx = host.make_context("x", steering=True, surface="api")
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "second question"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "second question"))
     code, retryable, _ = failure(results)
     assert (code, retryable) == ("upstream.unavailable", True)
     shown = messages(results)
@@ -190,7 +175,7 @@ async def test_deadline_during_a_turn_fails_cleanly_reports_pending_follow_ups_a
     r, host, cls = make([[ev.Text("part"), sleep(30)]])
     ctx = host.make_context("x", steering=True, deadline_at=time.time() + 1.5, surface="api")
     start = time.monotonic()
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "waiting one"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "waiting one"))
     assert time.monotonic() - start < 1.5
     code, _, _ = failure(results)
     assert code == "upstream.timeout"
@@ -223,7 +208,7 @@ async def test_stale_session_on_the_first_turn_starts_fresh_once_with_the_notice
 
     r, host, cls = make([[maybe_missing, ev.SessionId("fresh"), ev.Text("ok")]])
     host.store.set(host.scope_key(Identity(), "conversation"), stored_key("live.session"), "stale")
-    results = await drive(r, host, host.make_context("x", steering=True))
+    results = await collect(r, host, host.make_context("x", steering=True))
     assert messages(results) == [
         "(The previous conversation could not be continued, so this reply starts a new one.)\n\nok"]
     assert calls == ["stale", None]
@@ -235,7 +220,7 @@ async def test_progress_line_shows_the_current_step_until_the_answer_replaces_it
     r, host, _ = make([[ev.ToolStarted("t1", "Bash", {"command": "npm test"}), sleep(0.02),
                         ev.ToolCompleted("t1", "Bash", "ok"), ev.Text("All tests pass.")]])
     ctx = host.make_context("run the tests", steering=True)
-    results = await drive(r, host, ctx)
+    results = await collect(r, host, ctx)
     shown = deltas(results)
     assert any("Bash: npm test" in d for d in shown)
     assert shown[-1] == "All tests pass."
@@ -244,10 +229,10 @@ async def test_progress_line_shows_the_current_step_until_the_answer_replaces_it
 
 async def test_an_empty_first_turn_is_an_empty_response_but_a_silent_follow_up_gets_a_notice():
     r, host, _ = make([[ev.Usage(1, 1)]])
-    results = await drive(r, host, host.make_context("x", steering=True, surface="api"))
+    results = await collect(r, host, host.make_context("x", steering=True, surface="api"))
     assert failure(results)[0] == "upstream.empty_response"
     r, host, _ = make([[sleep(0.05), ev.Text("done"), sleep(0.2)], [ev.Usage(1, 1)]])
     ctx = host.make_context("x", steering=True)
-    results = await drive(r, host, ctx, queue_on_first_delta(host, "thanks"))
+    results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "thanks"))
     assert rtype(terminal(results)) == "run.completed"
     assert len(messages(results)) == 2 and "without a reply" in messages(results)[1]
