@@ -111,6 +111,14 @@ class Meta:
 
 
 @dataclass(slots=True)
+class Finish:
+    """Why the upstream stopped (the run's ``finish_reason`` in LangBot's ledger, e.g. ``max_turns``
+    or ``refusal``); the last one of a run wins. Without it a successful run ends with ``stop``."""
+
+    reason: str
+
+
+@dataclass(slots=True)
 class Progress:
     """What the agent is doing now (e.g. ``Bash: npm test``): one compact line the streamed message
     shows while no answer text has come yet; replaced by the answer, never part of the final one."""
@@ -120,6 +128,6 @@ class Progress:
 
 Event = (
     Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
-    | NoReply | Meta | Progress
+    | NoReply | Meta | Progress | Finish
 )
 

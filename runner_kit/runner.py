@@ -79,6 +79,7 @@ class RunEnv:
         self.idle_timeout = float(idle) if isinstance(idle, (int, float)) and idle > 0 else 0.0
         self.last_activity = time.monotonic()
         self.session = SessionHandle(ctx, session_key(session_key_base, config.get("user-id-source"), self.user))
+        self.finish_reason: str | None = None  # from ev.Finish: why the upstream stopped
         self.input = UserInput(text="", files=[], params={})
 
     def budget(self) -> float:
@@ -288,7 +289,7 @@ async def drive(
                     raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
                 if final is not None:
                     yield final
-                yield builder.completed(usage)
+                yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
             live = adapter_cls(env)
             steer = Steering.for_run(ctx)
@@ -324,7 +325,7 @@ async def drive(
                         "(That message had nothing the agent could read" + (f": {why}" if why else "") + ".)"
                     )
                     turn_input = None
-            yield builder.completed(usage)
+            yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
         except RunnerError as exc:
             if pump.ended:
                 to_stop = None
@@ -540,6 +541,8 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
                 out.append(builder.set_progress(progress_line(item.name, item.parameters)))
         case ev.Progress(text=t):
             out.append(builder.set_progress(t))
+        case ev.Finish(reason=why):
+            env.finish_reason = str(why or "").strip() or None
         case ev.ToolCompleted():
             out.append(builder.tool_completed(item.call_id, item.name, item.result, item.error))
         case ev.Attachment():

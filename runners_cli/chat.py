@@ -239,7 +239,6 @@ class ChatSession:
         self.host: LocalHost | None = None
         self.runner: Any = None
         self.current: Any = None  # the running turn's context (for follow-ups)
-        self._pending_follow_ups: list[str] = []
 
     async def start(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
@@ -264,14 +263,17 @@ class ChatSession:
         return bool(self.info.capabilities.get("steering"))
 
     async def turn(self, text: str, follow_ups: list[str] | None = None) -> TurnOutcome:
-        """One run; ``follow_ups`` are sent while it answers (after its first streamed text), as a
-        person typing during the run would."""
+        """One run; ``follow_ups`` are handed to it as messages sent while it runs."""
         assert self.host is not None and self.runner is not None
         outcome = TurnOutcome()
         ctx = self.host.make_context(text, config=dict(self.config), identity=self.identity,
                                      steering=self.steering)
         self.current = ctx
-        self._pending_follow_ups = list(follow_ups or []) if self.steering else []
+        if self.steering:
+            # claimed for this run before it starts, as LangBot claims a message sent while a run is
+            # active: the runner takes them at its first turn boundary, however fast that turn is
+            for follow in follow_ups or []:
+                self.follow_up(follow)
         if follow_ups and not self.steering:
             self.printer.note(f"{self.info.runner_id} does not take follow-ups during a run; --follow-up ignored",
                               dim=False)
@@ -311,10 +313,6 @@ class ChatSession:
             data = result.data or {}
             if rtype == "message.delta":
                 p.delta(data.get("chunk") or {})
-                if self._pending_follow_ups:
-                    for text in self._pending_follow_ups:
-                        self.follow_up(text)
-                    self._pending_follow_ups = []
             elif rtype == "message.completed":
                 p.completed(data)
             elif rtype == "tool.call.started":

@@ -236,3 +236,11 @@ async def test_an_empty_first_turn_is_an_empty_response_but_a_silent_follow_up_g
     results = await collect(r, host, ctx, queue_on_first_delta(host, ctx, "thanks"))
     assert rtype(terminal(results)) == "run.completed"
     assert len(messages(results)) == 2 and "without a reply" in messages(results)[1]
+
+
+async def test_the_upstreams_stop_reason_becomes_the_runs_finish_reason():
+    r, host, _ = make([[ev.Text("cut short"), ev.Finish("max_turns")]])
+    results = await collect(r, host, host.make_context("x", steering=True))
+    assert terminal(results).data["finish_reason"] == "max_turns"
+    r, host, _ = make([[ev.Text("fine")]])
+    assert terminal(await collect(r, host, host.make_context("x"))).data["finish_reason"] == "stop"
