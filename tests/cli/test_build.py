@@ -26,8 +26,14 @@ IDS = [p.dirname for p in PLUGINS]
 
 # Config overrides for the dead-end run; keys not listed here are derived from the runner YAML
 # (URL-like keys point at the closed port, required keys without a default get a dummy value).
+FAKE_CLI = ROOT / "tests" / "fakes" / "cli"
+# coding agents run their scripted CLI fake, which then fails to reach the model API on a closed port
 DEAD_END_CONFIG: dict[str, dict[str, Any]] = {
     "DifyAgent": {"api-key": "app-isolation-test"},
+    "ClaudeCodeAgent": {"executable": str(FAKE_CLI / "fake_claude.py"), "api-key": "sk-isolation-test",
+                        "max-retries": 0, "langbot-tools": False},
+    "CodexAgent": {"executable": str(FAKE_CLI / "fake_codex.py"), "advanced-settings": True, "max-retries": 0,
+                   "langbot-tools": False},
 }
 
 # Runs inside a fresh `python -I -S`: only the stdlib, the unpacked package (added by the SDK
@@ -149,7 +155,8 @@ def _run_isolated(mode: str, unpacked: Path, config: dict[str, Any] | None = Non
         text=True,
         timeout=60,
         cwd=str(unpacked.parent),
-        env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
+             "RUNNER_KIT_DATA_DIR": str(unpacked.parent / "runner-data")},
     )
     assert proc.returncode == 0, f"isolated interpreter failed:\n{proc.stdout}\n{proc.stderr}"
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -176,6 +176,8 @@ def _dify_cases() -> list[PluginCase]:
 
 # plugin directory -> its case module (tests/contract/case_<package>.py, a ``cases()`` function)
 PLUGIN_CASE_MODULES: dict[str, str] = {
+    "claude-code-agent": "case_claude_code_agent",
+    "codex-agent": "case_codex_agent",
     "coze-agent": "case_coze_agent",
     "dashscope-agent": "case_dashscope_agent",
     "deerflow-agent": "case_deerflow_agent",

@@ -1,0 +1,1 @@
+"""Codex adapter for the CodexAgent LangBot runner."""

@@ -1,0 +1,23 @@
+"""CodexAgent runner: the kit's runner driven by the Codex adapter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+try:
+    from runner_kit.config import ConfigSchema
+    from runner_kit.runner import KitRunner
+except ImportError as exc:  # packaged without the shared kit
+    raise ImportError(
+        "CodexAgent is missing its bundled runner_kit. Build the plugin from the langbot-agent-runners "
+        "repository with `uv run runners build codex-agent` (plain `lbp build` does not include the kit)."
+    ) from exc
+
+from codex_agent.adapter import CodexAdapter
+
+
+class CodexAgentRunner(KitRunner):
+    """Answers with Codex."""
+
+    adapter = CodexAdapter
+    schema = ConfigSchema.from_yaml(Path(__file__).with_suffix(".yaml"))

@@ -1,0 +1,210 @@
+"""ClaudeCodeAgent against the real Claude Code CLI 2.1.197 (opt-in: RUN_SLOW=1).
+
+The CLI comes from npm (``tests/real_peers/coding_clis.py`` installs the pinned packages into the
+cache once and skips, saying why, when it cannot). The model is ``tests/fakes/model_api.py``
+(Anthropic Messages) on 127.0.0.1; its scenario prefixes (``/text``, ``/tool``, ``/toolsleep``,
+``/err401`` …) pick the answer, or its attributes do without a prefix. Every run goes through the
+local host; after each test no process of ours may be left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runner_kit import process
+from runner_kit.process import alive, descendants
+from runners_cli.host import LocalHost
+from runners_cli.plugins import find
+from tests.fakes.model_api import FakeModelAPI
+from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.real_peers.coding_clis import provide_coding_clis
+
+pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(600)]
+
+PLUGIN = "claude-code-agent"
+HELLO = "Hello from the fake model."
+
+
+@pytest.fixture(scope="module")
+def clis():
+    return provide_coding_clis()
+
+
+@pytest.fixture
+def api(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "data"))
+    with FakeModelAPI() as srv:
+        yield srv
+
+
+@pytest.fixture
+def host():
+    return LocalHost(runner_id=find(PLUGIN).runner_id)
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """Every claude process the runner starts."""
+    pids: list[int] = []
+    original = process.AgentProcess.spawn.__func__
+
+    async def spawn(cls, *args, **kwargs):
+        proc = await original(cls, *args, **kwargs)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(process.AgentProcess, "spawn", classmethod(spawn))
+    return pids
+
+
+@pytest.fixture(autouse=True)
+async def _nothing_left():
+    yield
+    left = await _no_children()
+    assert not left, f"processes left behind: {left}"
+    assert not _sleeps(), "the tool's sleep survived"
+
+
+async def _no_children(timeout: float = 5.0) -> set[int]:
+    end = time.monotonic() + timeout
+    while True:
+        left = {p for p in descendants(os.getpid()) if alive(p)}
+        if not left or time.monotonic() > end:
+            return left
+        await asyncio.sleep(0.05)
+
+
+def _sleeps() -> set[int]:
+    out = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[:2] == [b"sleep", b"45"] and alive(int(entry.name)):
+                out.add(int(entry.name))
+    return out
+
+
+def config(clis: Any, api: FakeModelAPI, scenario: str | None, **extra: Any) -> dict[str, Any]:
+    return {"executable": str(clis.claude), "base-url": api.anthropic_base_url(scenario), "api-key": api.api_key,
+            "advanced-settings": True, "max-retries": 0, **extra}
+
+
+def messages(results) -> list[str]:
+    out = []
+    for r in results:
+        if rtype(r) == "message.completed":
+            content = r.data["message"]["content"]
+            out.append(content if isinstance(content, str) else "".join(c.get("text") or "" for c in content))
+    return out
+
+
+async def collect(runner, host, ctx, on_first_delta=None) -> list[Any]:
+    out, fired = [], False
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+        if on_first_delta and not fired and rtype(r) == "message.delta":
+            fired = True
+            on_first_delta()
+    return out
+
+
+async def test_text_turn_streams_the_answer(clis, api, host):
+    results = await run(make_runner(PLUGIN, host), host, config=config(clis, api, "text"))
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    assert final_text(results) == HELLO and deltas(results)
+    assert terminal(results).usage.completion_tokens == 7
+
+
+async def test_tool_turn_runs_bash(clis, api, host):
+    results = await run(make_runner(PLUGIN, host), host, config=config(clis, api, "tool"))
+    assert final_text(results) == "The tool ran; done."
+    started = [r.data for r in results if rtype(r) == "tool.call.started"]
+    done = [r.data for r in results if rtype(r) == "tool.call.completed"]
+    assert started[0]["tool_name"] == "Bash" and started[0]["parameters"]["command"] == "echo hi"
+    assert done[0]["result"] == {"output": "hi"}
+
+
+async def test_second_run_resumes_the_session(clis, api, host):
+    runner = make_runner(PLUGIN, host)
+    first = await run(runner, host, config=config(clis, api, "text"))
+    stored = next(iter(state_updates(first).values()))
+    second = await run(runner, host, config=config(clis, api, "text"))
+    assert final_text(second) == HELLO
+    reqs = api.model_requests()
+    assert [r.headers.get("x-claude-code-session-id") for r in reqs] == [stored, stored]
+    assert len(reqs[1].body["messages"]) > len(reqs[0].body["messages"]), "the history was resent"
+
+
+async def test_follow_up_goes_to_the_same_live_process(clis, api, host, spawned):
+    api.answer_tokens = ["first "] * 8 + ["turn."]
+    api.token_delay = 0.05
+    runner = make_runner(PLUGIN, host)
+    ctx = host.make_context("first question", config=config(clis, api, None), steering=True)
+
+    def follow_up():
+        host.queue_steering(ctx, "second question")
+
+    results = await collect(runner, host, ctx, follow_up)
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    shown = messages(results)
+    assert len(shown) == 2 and shown[0].endswith("first turn.") and shown[1].endswith("first turn."), shown
+    assert len(spawned) == 1, "both turns in one claude process"
+    assert len(api.model_requests()) == 2
+
+
+async def test_interrupt_mode_stops_the_turn_with_claudes_interrupt(clis, api, host, spawned):
+    api.answer_tokens = ["working "] * 60
+    api.token_delay = 0.1  # 6 s if nobody interrupts
+    runner = make_runner(PLUGIN, host)
+    ctx = host.make_context("long job", config=config(clis, api, None, **{"follow-up-mode": "interrupt"}),
+                            steering=True)
+
+    def follow_up():
+        api.answer_tokens, api.token_delay = ["done."], 0.0
+        host.queue_steering(ctx, "stop and do this")
+
+    start = time.monotonic()
+    results = await collect(runner, host, ctx, follow_up)
+    assert time.monotonic() - start < 6.0, "the first turn did not run its 6 s"
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    shown = messages(results)
+    assert len(shown) == 2 and shown[0].startswith("working") and shown[1] == "done.", shown
+    assert len(spawned) == 1, "the session went on in the same process"
+
+
+@pytest.mark.parametrize(("scenario", "code"), [("err401", "upstream.auth"), ("err429", "upstream.rate_limited"),
+                                                ("err500", "upstream.unavailable")])
+async def test_upstream_errors(clis, api, host, scenario, code):
+    started = time.monotonic()
+    results = await run(make_runner(PLUGIN, host), host, config=config(clis, api, scenario))
+    got, _, message = failure(results)
+    assert got == code, message
+    assert time.monotonic() - started < 10
+    assert api.api_key not in message
+
+
+async def test_cancel_during_a_tool_leaves_nothing(clis, api, host):
+    cfg = config(clis, api, "toolsleep", **{"permission-mode": "full-access"})
+    ctx = host.make_context("sleep", config=cfg)
+    gen = make_runner(PLUGIN, host).invoke(ctx)
+    async for r in gen:
+        if rtype(r) == "tool.call.started":
+            break
+    for _ in range(100):  # the tool's shell starts the sleep a moment after the tool call
+        if _sleeps():
+            break
+        await asyncio.sleep(0.1)
+    assert _sleeps(), "the tool's sleep was running"
+    await gen.aclose()
+    assert not await _no_children()
+    assert not _sleeps()
