@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -53,6 +54,38 @@ class CodingAgent:
         srv.answer_tokens = tokens
         srv.token_delay = delay
         srv.tool_command = None
+
+
+BENCH_MODEL_KEY = "sk-bench-model-key"
+FAKE_CLI_DIR = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "cli"
+
+
+def fake_model_agent(plugin: str, config: Callable[[Any, str], dict[str, Any]]) -> CodingAgent:
+    """A ``CodingAgent`` over a fresh ``FakeModelAPI`` (accepting ``BENCH_MODEL_KEY``), with the
+    runner's workspaces and homes in a temporary ``RUNNER_KIT_DATA_DIR`` removed at the end;
+    ``config(srv, key)`` points the runner at its scripted CLI (in ``FAKE_CLI_DIR``) and the fake."""
+    import os
+    import shutil
+    import tempfile
+
+    def start() -> Any:
+        from tests.fakes.model_api import FakeModelAPI
+
+        srv = FakeModelAPI(api_keys={BENCH_MODEL_KEY})
+        srv.bench_data = tempfile.mkdtemp(prefix=f"bench-{plugin}-")
+        srv.bench_old_data = os.environ.get("RUNNER_KIT_DATA_DIR")
+        os.environ["RUNNER_KIT_DATA_DIR"] = srv.bench_data
+        return srv.start()
+
+    def stop(srv: Any) -> None:
+        srv.stop()
+        if srv.bench_old_data is None:
+            os.environ.pop("RUNNER_KIT_DATA_DIR", None)
+        else:
+            os.environ["RUNNER_KIT_DATA_DIR"] = srv.bench_old_data
+        shutil.rmtree(srv.bench_data, ignore_errors=True)
+
+    return CodingAgent(plugin=plugin, start=start, config=lambda srv: config(srv, BENCH_MODEL_KEY), stop=stop)
 
 
 # --- Dify -------------------------------------------------------------------------------------
