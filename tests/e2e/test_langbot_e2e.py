@@ -16,6 +16,11 @@ explained instead of the host's generic "Agent runner execution failed.") and wh
 records, then migrate a legacy ``dify-service-api`` pipeline written straight into LangBot's
 SQLite database and chat with the migrated pipeline over the WebUI websocket.
 
+Follow-ups: a test-only multi-turn runner (``steer_probe/``) and the coding agents (Claude Code and
+Codex, each with its scripted CLI and, when npm can install it, the real CLI, over the fake model API)
+are sent a second websocket message while they answer; the host claims it for the running run and
+the chat shows one reply per turn, with no ``steering.dropped`` in the run's journal.
+
 The first run installs LangBot (about 2 minutes, ~1.6 GB); later runs reuse the venv.
 """
 
@@ -991,52 +996,67 @@ def test_follow_ups_during_a_run_each_get_their_own_reply(host: Host, probe: str
     assert types.count("message.completed") == 2 and types[-1] == "run.completed", types
 
 
-# --- a coding agent on the real host: follow-ups go to the live agent process ----------------------
+# --- coding agents on the real host: follow-ups go to the live agent process -----------------------
+
+CODING = {  # plugin -> (scripted CLI, attribute of CodingCLIs with the real one, model API flavour)
+    "claude-code-agent": ("fake_claude.py", "claude", "anthropic"),
+    "codex-agent": ("fake_codex.py", "codex", "openai"),
+}
 
 
 @pytest.fixture(scope="module")
-def claude_code(host: Host) -> PluginInfo:
-    info = find("claude-code-agent")
-    host.install_plugin(info)
-    return info
+def coding_plugins(host: Host) -> dict[str, PluginInfo]:
+    installed = {}
+    for name in CODING:
+        info = find(name)
+        host.install_plugin(info)
+        installed[name] = info
+    return installed
 
 
-def _claude_executable(kind: str) -> str:
+def _coding_executable(plugin: str, kind: str) -> str:
+    fake, real, _ = CODING[plugin]
     if kind == "fake":
-        return str(Path(__file__).resolve().parents[1] / "fakes" / "cli" / "fake_claude.py")
+        return str(Path(__file__).resolve().parents[1] / "fakes" / "cli" / fake)
     from tests.real_peers.coding_clis import provide_coding_clis
 
-    return str(provide_coding_clis().claude)  # skips, saying why, when npm cannot install it
+    return str(getattr(provide_coding_clis(), real))  # skips, saying why, when npm cannot install it
 
 
 @pytest.mark.parametrize("cli", ["fake", "real"])
-def test_claude_code_answers_a_follow_up_in_the_same_live_process(
-    host: Host, claude_code: PluginInfo, tmp_path: Path, cli: str
+@pytest.mark.parametrize("plugin", sorted(CODING))
+def test_coding_agent_answers_a_follow_up_in_the_same_live_process(
+    host: Host, coding_plugins: dict[str, PluginInfo], tmp_path: Path, plugin: str, cli: str
 ) -> None:
-    """Claude Code (the scripted CLI, and the real claude 2.1.197 when it can be installed) behind a
+    """A coding agent (its scripted CLI, and the real CLI when it can be installed) behind a
     pipeline: a message sent while it answers is claimed by the running run and answered by the same
-    claude process, each with its own reply; nothing is dropped and no process survives the run."""
+    agent process, each with its own reply; nothing is dropped and no process survives the run."""
     from tests.fakes.model_api import FakeModelAPI
 
-    executable = _claude_executable(cli)
+    info = coding_plugins[plugin]
+    executable = _coding_executable(plugin, cli)
+    workspace = tmp_path / "workspace"
     with FakeModelAPI() as api:
         api.answer_tokens = ["Working ", "on ", "it ", "now."]
         api.token_delay = 0.6
-        config = {"executable": executable, "base-url": api.anthropic_base_url(), "api-key": api.api_key,
-                  "workspace": str(tmp_path / "workspace"), "permission-mode": "read-only", "timeout": 120,
-                  "max-retries": 0}
-        pipeline = host.create_pipeline(f"claude-steer-{cli}", config, runner_id=claude_code.runner_id)
+        base = api.anthropic_base_url() if CODING[plugin][2] == "anthropic" else api.openai_base_url()
+        config = {"executable": executable, "base-url": base, "api-key": api.api_key, "model": "fake-model",
+                  "workspace": str(workspace), "permission-mode": "read-only", "timeout": 120,
+                  "advanced-settings": True, "max-retries": 0}
+        if plugin == "claude-code-agent":
+            del config["model"]
+        pipeline = host.create_pipeline(f"{plugin}-steer-{cli}", config, runner_id=info.runner_id)
         chat = ws_conversation(host, pipeline, [(0.0, "first question"), (1.2, "second question")], timeout=90)
         shown = [r["content"] for r in chat.shown()]
-        say(f"claude-code ({cli}) replies: {shown}")
+        say(f"{plugin} ({cli}) replies: {shown}")
         requests = api.model_requests()
     run = host.finished_run(chat.conversation_id)
     assert run["status"] == "completed", run
     assert len(host.runs(chat.conversation_id)) == 1
     assert shown == ["Working on it now.", "Working on it now."], shown
-    prompts = [json.dumps(r.body.get("messages"), ensure_ascii=False) for r in requests]
-    assert any("second question" in p and "first question" in p for p in prompts), \
-        "the follow-up went to the same claude session (its history holds the first question)"
+    bodies = [json.dumps(r.body, ensure_ascii=False) for r in requests]
+    assert any("second question" in b and "first question" in b for b in bodies), \
+        "the follow-up went to the same agent session (its history holds the first question)"
     if cli == "fake":
         pids = [int(r.headers["x-fake-agent-pid"]) for r in requests if "x-fake-agent-pid" in r.headers]
         assert len(pids) >= 2 and len(set(pids)) == 1, pids
@@ -1044,7 +1064,6 @@ def test_claude_code_answers_a_follow_up_in_the_same_live_process(
     assert "steering.injected" in inputs and "steering.dropped" not in inputs
     events = [e["type"] for e in host.run_events(run["run_id"])]
     assert events.count("message.completed") == 2 and events[-1] == "run.completed", events
-    workspace = tmp_path / "workspace"
     wait_for("every process working in the agent's workspace to end", lambda: not _working_in(workspace), 10,
              interval=0.2)
 
