@@ -119,6 +119,7 @@ MIGRATION_KEYS: dict[str, dict[str, Key]] = {
         "knowledge-base-ids": L, "web-search-enabled": B, "timeout": N, "base-prompt": S, "advanced-settings": B,
     },
     "ACPAgent": {},
+    "ACPRunner": {},  # LangBot 4.11.2's migration has no legacy ACP runner (host-contract.md §5.2)
     "ClaudeCodeAgent": {},
     "CodexAgent": {},
     "LicosAgent": {},
@@ -128,7 +129,7 @@ MIGRATION_KEYS: dict[str, dict[str, Key]] = {
 HOST_FIELDS = {"enable-all-tools", "tools", "knowledge-bases", "mcp-resources", "mcp-resource-agent-read-enabled"}
 
 # import name -> distribution name where they differ
-IMPORT_TO_DIST = {"yaml": "pyyaml", "langbot_plugin": "langbot-plugin"}
+IMPORT_TO_DIST = {"yaml": "pyyaml", "langbot_plugin": "langbot-plugin", "acp": "agent-client-protocol"}
 
 # code that may own HTTP clients and child processes; everything else goes through the kit
 SHARED_DIRS = {"runner_kit", "tests", "runners_cli", "bench"}

@@ -124,6 +124,7 @@ def cases() -> list[PluginCase]:
     return [
         PluginCase(
             plugin="claude-code-agent",
+            startup=0.5,
             start_server=start,
             config=config,
             secrets=lambda srv: [KEY],

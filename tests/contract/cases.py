@@ -108,6 +108,9 @@ class PluginCase:
     # -- steering cells (tests/contract/test_steering.py), for runners that declare steering --
     # the agent process behind each upstream request, in order (one live process per run)
     agent_pids: Callable[[Any], list[int]] | None = None
+    # seconds a run needs before its first upstream request (a coding agent starts its CLI), added
+    # to the short deadlines of the fault and timeout cells so a busy machine does not fail them
+    startup: float = 0.0
 
     def __post_init__(self) -> None:
         if self.secrets is None:
@@ -176,6 +179,7 @@ def _dify_cases() -> list[PluginCase]:
 
 # plugin directory -> its case module (tests/contract/case_<package>.py, a ``cases()`` function)
 PLUGIN_CASE_MODULES: dict[str, str] = {
+    "acp-agent-runner": "case_acp_agent_runner",
     "claude-code-agent": "case_claude_code_agent",
     "codex-agent": "case_codex_agent",
     "coze-agent": "case_coze_agent",

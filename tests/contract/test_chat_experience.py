@@ -49,7 +49,7 @@ async def test_partial_answer_is_kept_with_a_note_and_the_failure_recorded(case,
         case.set_fault(server, "truncated")
     elif how == "error_event":
         case.set_fault(server, "error_event")
-    results = await run(make_runner(case.plugin, host), host, config=case.config(server), deadline_at=time.time() + 3)
+    results = await run(make_runner(case.plugin, host), host, config=case.config(server), deadline_at=time.time() + 3 + case.startup)
     code, retryable, _ = failure(results)
     assert code in ("upstream.timeout", "upstream.unavailable", "upstream.error") and code != "runner.internal"
     shown = deltas(results)
@@ -138,7 +138,7 @@ async def test_keepalives_count_as_life(case, server, host):
         pytest.skip("no idle-timeout")
     case.stall(server, True)
     cfg = {**case.config(server), **ADVANCED, "idle-timeout": 1}
-    deadline = time.time() + 3.5
+    deadline = time.time() + 3.5 + case.startup
     results = await run(make_runner(case.plugin, host), host, config=cfg, deadline_at=deadline)
     code, retryable, message = failure(results)
     assert (code, retryable) == ("upstream.timeout", True)

@@ -85,7 +85,7 @@ async def test_zero_or_blank_timeout_is_no_limit_as_the_host_reads_it(case, serv
 
 async def test_silent_upstream_times_out_before_deadline(case, server, host):
     case.set_fault(server, "stall_before_headers")
-    deadline = time.time() + 2.5
+    deadline = time.time() + 2.5 + case.startup
     results = await run(make_runner(case.plugin, host), host, config=case.config(server), deadline_at=deadline)
     code, retryable, _ = failure(results)
     assert (code, retryable) == ("upstream.timeout", True)

@@ -28,7 +28,7 @@ async def test_fault(case, server, host, fault):
         cfg[case.base_url_key] = cfg[case.base_url_key].replace(f":{server.port}", f":{blackhole.port}")
     if fault not in ("refused", "connect_timeout"):
         case.set_fault(server, fault)
-    deadline = time.time() + FAULT_TIMEOUT
+    deadline = time.time() + FAULT_TIMEOUT + case.startup
     try:
         results = await run(make_runner(case.plugin, host), host, config=cfg, deadline_at=deadline)
     finally:

@@ -94,7 +94,7 @@ async def test_a_failed_follow_up_turn_says_what_was_not_answered(case, server, 
 async def test_deadline_with_a_follow_up_waiting_reports_it_and_stops_the_agent(case, server, host):
     case.stall(server, False)
     runner = make_runner(case.plugin, host)
-    deadline = time.time() + 4.0
+    deadline = time.time() + 4.0 + case.startup
     ctx = host.make_context("x", config=case.config(server), steering=True, deadline_at=deadline, surface="api")
     results = await collect(runner, host, ctx, _on_first_delta(lambda: host.queue_steering(ctx, "still there?")))
     assert time.time() < deadline

@@ -1,0 +1,1 @@
+"""ACP adapter for the ACPRunner LangBot runner."""

@@ -1,0 +1,90 @@
+"""How the runner answers the agent's permission requests and file requests.
+
+``session/request_permission`` is answered by the configured ``permission-mode``, choosing one of
+the agent's own options by its kind (never a blanket approve):
+
+- ``read-only``: tools of a read kind (read, search, think) are allowed once; anything else is
+  rejected.
+- ``workspace-write``: reads, edits whose every path lies inside the workspace, and commands are
+  allowed once; edits elsewhere and network fetches are rejected.
+- ``full-access``: everything is allowed once.
+
+``fs/read_text_file`` and ``fs/write_text_file`` only ever touch files inside the workspace (and
+writes only when the mode lets the agent write).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import const
+
+ALLOW = ("allow_once", "allow_always")
+REJECT = ("reject_once", "reject_always")
+
+
+def inside(workspace: Path, path: str | os.PathLike[str]) -> bool:
+    """True when ``path`` (absolute, or relative to the workspace) resolves inside it."""
+    root = workspace.resolve()
+    target = Path(path)
+    if not target.is_absolute():
+        target = root / target
+    try:
+        return Path(os.path.realpath(target)).is_relative_to(root)
+    except (OSError, ValueError):
+        return False
+
+
+def tool_paths(tool_call: Any) -> list[str]:
+    """Every file path a tool call names (locations, diff contents, raw input fields)."""
+    found: list[str] = []
+    for loc in getattr(tool_call, "locations", None) or []:
+        if getattr(loc, "path", None):
+            found.append(loc.path)
+    for item in getattr(tool_call, "content", None) or []:
+        if getattr(item, "type", None) == "diff" and getattr(item, "path", None):
+            found.append(item.path)
+    raw = getattr(tool_call, "raw_input", None)
+    if isinstance(raw, dict):
+        for key in ("path", "file_path", "filePath", "notebook_path", "target", "destination"):
+            value = raw.get(key)
+            if isinstance(value, str) and value:
+                found.append(value)
+        for key in ("paths", "files"):
+            value = raw.get(key)
+            if isinstance(value, list):
+                found.extend(v for v in value if isinstance(v, str))
+    return found
+
+
+def allowed(mode: str, kind: str | None, paths: Iterable[str], workspace: Path) -> bool:
+    """Whether ``mode`` lets a tool of this kind touching these paths run."""
+    if mode == "full-access":
+        return True
+    if kind in const.READ_KINDS:
+        return True
+    if mode != "workspace-write":
+        return False
+    if kind in const.EDIT_KINDS:
+        return all(inside(workspace, p) for p in paths)
+    if kind == "fetch":
+        return False
+    # execute, switch_mode, other and unknown kinds: the agent runs them in the workspace
+    return all(inside(workspace, p) for p in paths)
+
+
+def choose(options: Sequence[Any], allow: bool) -> str | None:
+    """The agent's option id for allowing once (or rejecting), by option kind; None if it has none."""
+    wanted = ALLOW if allow else REJECT
+    for kind in wanted:
+        for opt in options:
+            if getattr(opt, "kind", None) == kind:
+                return str(opt.option_id)
+    return None
+
+
+def may_write(mode: str) -> bool:
+    return mode in ("workspace-write", "full-access")
