@@ -11,74 +11,34 @@ through the local host; after each test no process of ours may be left.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner_kit.process import alive, descendants
-from runners_cli.host import LocalHost
-from runners_cli.plugins import find
 from tests.fakes.model_api import FakeModelAPI
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
-from tests.real_peers.coding_clis import provide_coding_clis
+from tests.helpers import (
+    children_left,
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
+from tests.real_peers.coding_agents.conftest import tool_sleeps
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(600)]
 
 PLUGIN = "codex-agent"
 
 
-@pytest.fixture(scope="module")
-def clis():
-    return provide_coding_clis()
-
-
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "data"))
-    with FakeModelAPI() as srv:
-        yield srv
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find(PLUGIN).runner_id)
-
-
-@pytest.fixture(autouse=True)
-async def _nothing_left():
-    yield
-    left = await _no_children()
-    assert not left, f"processes left behind: {left}"
-
-
-async def _no_children(timeout: float = 5.0) -> set[int]:
-    end = time.monotonic() + timeout
-    while True:
-        left = {p for p in descendants(os.getpid()) if alive(p)}
-        if not left or time.monotonic() > end:
-            return left
-        await asyncio.sleep(0.05)
-
-
 def config(clis: Any, api: FakeModelAPI, scenario: str, **extra: Any) -> dict[str, Any]:
     return {"executable": str(clis.bin_dir / "codex"), "base-url": api.openai_base_url(scenario),
             "api-key": api.api_key, "model": "fake-model", "advanced-settings": True, "max-retries": 0, **extra}
-
-
-def _sleeps() -> set[int]:
-    out = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmd[:2] == [b"sleep", b"45"]:
-                out.add(int(entry.name))
-    return out
 
 
 async def test_text_turn_streams_through_the_native_binary(clis, api, host):
@@ -147,7 +107,7 @@ async def test_interrupt_mode_stops_the_running_tool_and_answers_at_once(clis, a
     assert time.monotonic() - start < 30, "the 45 s tool did not run to its end"
     assert rtype(terminal(out)) == "run.completed", terminal(out).data
     assert len([r for r in out if rtype(r) == "message.completed"]) == 2
-    assert not _sleeps()
+    assert not tool_sleeps()
 
 
 @pytest.mark.parametrize("scenario, code", [("err401", "upstream.auth"), ("err429", "upstream.rate_limited"),
@@ -164,15 +124,15 @@ async def test_cancel_in_the_middle_of_a_tool_leaves_nothing(clis, api, host):
     async for r in gen:
         if rtype(r) == "tool.call.started":
             await asyncio.sleep(0.5)
-            assert _sleeps(), "the tool is running"
+            assert tool_sleeps(), "the tool is running"
             break
     await gen.aclose()
-    assert not await _no_children()
+    assert not await children_left()
     for _ in range(100):
-        if not _sleeps():
+        if not tool_sleeps():
             break
         await asyncio.sleep(0.05)
-    assert not _sleeps(), "the tool's sleep is gone too"
+    assert not tool_sleeps(), "the tool's sleep is gone too"
 
 
 async def test_an_unreachable_model_api_fails_fast_instead_of_waiting_for_the_network(clis, api, host):

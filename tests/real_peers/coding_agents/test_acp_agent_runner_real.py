@@ -13,55 +13,28 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from runner_kit.process import alive, descendants
-from runners_cli.host import LocalHost
-from runners_cli.plugins import find
 from tests.fakes.model_api import FakeModelAPI
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
-from tests.real_peers.coding_clis import provide_coding_clis
+from tests.helpers import (
+    children_left,
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
+from tests.real_peers.coding_agents.conftest import tool_sleeps
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(600)]
 
 PLUGIN = "acp-agent-runner"
 AGENTS = ("codex-acp", "claude-code-acp")
-
-
-@pytest.fixture(scope="module")
-def clis():
-    return provide_coding_clis()
-
-
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "data"))
-    with FakeModelAPI() as srv:
-        yield srv
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find(PLUGIN).runner_id)
-
-
-@pytest.fixture(autouse=True)
-async def _nothing_left():
-    yield
-    left = await _no_children()
-    assert not left, f"processes left behind: {left}"
-
-
-async def _no_children(timeout: float = 5.0) -> set[int]:
-    end = time.monotonic() + timeout
-    while True:
-        left = {p for p in descendants(os.getpid()) if alive(p)}
-        if not left or time.monotonic() > end:
-            return left
-        await asyncio.sleep(0.05)
 
 
 def config(clis: Any, api: FakeModelAPI, agent: str, scenario: str, **extra: Any) -> dict[str, Any]:
@@ -76,19 +49,6 @@ def config(clis: Any, api: FakeModelAPI, agent: str, scenario: str, **extra: Any
         cfg = {"provider": "claude-code", "command": " ".join(clis.claude_code_acp_command),
                "base-url": api.anthropic_base_url(scenario), "env": f"CLAUDE_CODE_EXECUTABLE={clis.claude}"}
     return {**cfg, "api-key": api.api_key, "langbot-tools": False, **extra}
-
-
-def _sleeps() -> set[int]:
-    out = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmd[:2] == [b"sleep", b"45"]:
-                out.add(int(entry.name))
-    return out
 
 
 @pytest.mark.parametrize("agent", AGENTS)
@@ -189,9 +149,9 @@ async def test_cancel_in_the_middle_of_a_tool_leaves_nothing(clis, api, host, ag
             await asyncio.sleep(0.8)
             break
     await gen.aclose()
-    assert not await _no_children()
+    assert not await children_left()
     for _ in range(100):
-        if not _sleeps():
+        if not tool_sleeps():
             break
         await asyncio.sleep(0.05)
-    assert not _sleeps(), "the tool's sleep is gone too"
+    assert not tool_sleeps(), "the tool's sleep is gone too"

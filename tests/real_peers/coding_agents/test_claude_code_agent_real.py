@@ -10,42 +10,31 @@ local host; after each test no process of ours may be left.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from runner_kit import process
-from runner_kit.process import alive, descendants
-from runners_cli.host import LocalHost
-from runners_cli.plugins import find
 from tests.fakes.model_api import FakeModelAPI
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
-from tests.real_peers.coding_clis import provide_coding_clis
+from tests.helpers import (
+    children_left,
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    messages,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
+from tests.real_peers.coding_agents.conftest import tool_sleeps
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(600)]
 
 PLUGIN = "claude-code-agent"
 HELLO = "Hello from the fake model."
-
-
-@pytest.fixture(scope="module")
-def clis():
-    return provide_coding_clis()
-
-
-@pytest.fixture
-def api(tmp_path, monkeypatch):
-    monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "data"))
-    with FakeModelAPI() as srv:
-        yield srv
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find(PLUGIN).runner_id)
 
 
 @pytest.fixture
@@ -63,48 +52,9 @@ def spawned(monkeypatch):
     return pids
 
 
-@pytest.fixture(autouse=True)
-async def _nothing_left():
-    yield
-    left = await _no_children()
-    assert not left, f"processes left behind: {left}"
-    assert not _sleeps(), "the tool's sleep survived"
-
-
-async def _no_children(timeout: float = 5.0) -> set[int]:
-    end = time.monotonic() + timeout
-    while True:
-        left = {p for p in descendants(os.getpid()) if alive(p)}
-        if not left or time.monotonic() > end:
-            return left
-        await asyncio.sleep(0.05)
-
-
-def _sleeps() -> set[int]:
-    out = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if cmd[:2] == [b"sleep", b"45"] and alive(int(entry.name)):
-                out.add(int(entry.name))
-    return out
-
-
 def config(clis: Any, api: FakeModelAPI, scenario: str | None, **extra: Any) -> dict[str, Any]:
     return {"executable": str(clis.claude), "base-url": api.anthropic_base_url(scenario), "api-key": api.api_key,
             "advanced-settings": True, "max-retries": 0, **extra}
-
-
-def messages(results) -> list[str]:
-    out = []
-    for r in results:
-        if rtype(r) == "message.completed":
-            content = r.data["message"]["content"]
-            out.append(content if isinstance(content, str) else "".join(c.get("text") or "" for c in content))
-    return out
 
 
 async def collect(runner, host, ctx, on_first_delta=None) -> list[Any]:
@@ -201,10 +151,10 @@ async def test_cancel_during_a_tool_leaves_nothing(clis, api, host):
         if rtype(r) == "tool.call.started":
             break
     for _ in range(100):  # the tool's shell starts the sleep a moment after the tool call
-        if _sleeps():
+        if tool_sleeps():
             break
         await asyncio.sleep(0.1)
-    assert _sleeps(), "the tool's sleep was running"
+    assert tool_sleeps(), "the tool's sleep was running"
     await gen.aclose()
-    assert not await _no_children()
-    assert not _sleeps()
+    assert not await children_left()
+    assert not tool_sleeps()
