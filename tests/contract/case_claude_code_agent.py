@@ -5,17 +5,14 @@ what the claude CLI turns each into (checked against claude 2.1.197, real-peers.
 
 from __future__ import annotations
 
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from runner_kit.process import alive
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
-from tests.fakes.model_api import ANTHROPIC, FakeModelAPI
+from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen, keyed_second_bot
+from tests.contract.coding import AgentModelAPI, silent_stall, think
+from tests.fakes.model_api import ANTHROPIC
 
 FAKE_CLAUDE = str(Path(__file__).resolve().parents[1] / "fakes" / "cli" / "fake_claude.py")
 KEY = "sk-ant-contract-claude-key"
@@ -38,30 +35,13 @@ del FAULTS["non_utf8"]
 del FAULTS["oversized"]
 
 
-class ClaudeModelAPI(FakeModelAPI):
-    """The fake model API, plus a private data directory for the runner (workspaces, HOMEs)."""
-
-    def start(self) -> ClaudeModelAPI:
-        self.data_dir = tempfile.mkdtemp(prefix="claude-contract-")
-        self._old_data = os.environ.get("RUNNER_KIT_DATA_DIR")
-        os.environ["RUNNER_KIT_DATA_DIR"] = self.data_dir
-        super().start()
-        return self
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        finally:
-            if self._old_data is None:
-                os.environ.pop("RUNNER_KIT_DATA_DIR", None)
-            else:
-                os.environ["RUNNER_KIT_DATA_DIR"] = self._old_data
-            shutil.rmtree(self.data_dir, ignore_errors=True)
+class ClaudeModelAPI(AgentModelAPI):
+    """The fake model API, with a private data directory for the runner (workspaces, HOMEs)."""
 
     def forget_sessions(self) -> None:
         """What an expired or wiped claude session store looks like: every session file gone."""
-        for projects in Path(self.data_dir, PLATFORM_DIR, "homes").glob("*/.claude/projects"):
-            shutil.rmtree(projects, ignore_errors=True)
+        for home in self.homes(PLATFORM_DIR):
+            shutil.rmtree(home / ".claude" / "projects", ignore_errors=True)
 
 
 def config(srv: ClaudeModelAPI, key: str = KEY) -> dict[str, Any]:
@@ -74,22 +54,8 @@ def start() -> ClaudeModelAPI:
     return srv
 
 
-def answer(srv: Any, tokens: list[str], delay: float) -> None:
-    srv.answer_tokens = tokens
-    srv.token_delay = delay
-
-
-def stall(srv: Any, pings: bool) -> None:
-    if pings:
-        pytest.skip("claude does not pass the model API's SSE pings to its stdout (checked on 2.1.197): "
-                    "nothing reaches the runner while a model call stalls")
-    srv.answer_tokens = ["The first part ", "and the rest."]
-    srv.fault = "stall"
-
-
-def think(srv: Any, thoughts: list[str], tokens: list[str]) -> None:
-    srv.think_tokens = thoughts
-    srv.answer_tokens = tokens
+stall = silent_stall("claude does not pass the model API's SSE pings to its stdout (checked on 2.1.197): "
+                     "nothing reaches the runner while a model call stalls")
 
 
 def seen(srv: Any) -> list[Seen]:
@@ -127,8 +93,7 @@ def cases() -> list[PluginCase]:
             startup=0.5,
             start_server=start,
             config=config,
-            secrets=lambda srv: [KEY],
-            answer=answer,
+            key=KEY,
             # claude always prints result.usage; when the model API reports none it is all zeros,
             # which the runner reads as unknown
             no_usage=lambda srv: setattr(srv, "include_usage", False),
@@ -140,7 +105,7 @@ def cases() -> list[PluginCase]:
             think=think,
             forget_sessions=lambda srv: srv.forget_sessions(),
             seen=seen,
-            second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
+            second_bot=keyed_second_bot(config),
             # the identity reaches the model API as the x-langbot-user header; the session (and the
             # default workspace) is per person or shared the same way
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared"},

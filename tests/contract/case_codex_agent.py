@@ -5,17 +5,13 @@ variable the runner names there (as the real Codex 0.171.0 does)."""
 
 from __future__ import annotations
 
-import json
-import os
 import shutil
 import stat
-import tempfile
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen
+from tests.contract.cases import HTTP_FAULTS, PluginCase
+from tests.contract.coding import AgentModelAPI, openai_image_received, seen_by_workspace, silent_stall, think
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "cli" / "fake_codex.py"
 KEY = "sk-contract-codex-secret-key"
@@ -45,56 +41,22 @@ def _executable() -> str:
     return str(FAKE)
 
 
-class CodexServer:
-    """The fake model API, plus a private data directory for the runner (workspaces, CODEX_HOMEs)
-    and the scripted Codex's event log."""
+class CodexServer(AgentModelAPI):
+    """The fake model API, plus the scripted Codex's event log."""
 
     def __init__(self) -> None:
-        from tests.fakes.model_api import FakeModelAPI
-
-        self.api = FakeModelAPI(api_keys={KEY})
-        self.dir = Path(tempfile.mkdtemp(prefix="codex-case-"))
-        self.log = self.dir / "codex-events.jsonl"
-        self._old_data: str | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.api, name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("api", "dir", "log", "_old_data"):
-            object.__setattr__(self, name, value)
-        else:
-            setattr(self.api, name, value)
-
-    def start(self) -> CodexServer:
-        self._old_data = os.environ.get(DATA_ENV)
-        os.environ[DATA_ENV] = str(self.dir / "data")
-        self.api.start()
-        return self
-
-    def stop(self) -> None:
-        self.api.stop()
-        if self._old_data is None:
-            os.environ.pop(DATA_ENV, None)
-        else:
-            os.environ[DATA_ENV] = self._old_data
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        if not self.log.is_file():
-            return []
-        return [e for e in map(json.loads, self.log.read_text().splitlines()) if e.get("event") == name]
+        super().__init__(api_keys={KEY})
 
     def forget_threads(self) -> None:
         """Clear every CODEX_HOME's thread store (as if the rollouts were deleted)."""
-        for sessions in (self.dir / "data").glob("codex-agent/homes/*/.codex/sessions"):
-            shutil.rmtree(sessions, ignore_errors=True)
+        for home in self.homes("codex-agent"):
+            shutil.rmtree(home / ".codex" / "sessions", ignore_errors=True)
 
 
 def config(srv: Any, key: str = KEY) -> dict[str, Any]:
     return {
         "executable": _executable(),
-        "base-url": srv.api.openai_base_url(),
+        "base-url": srv.openai_base_url(),
         "api-key": key,
         "model": "fake-model",
         "advanced-settings": True,
@@ -106,65 +68,27 @@ def config(srv: Any, key: str = KEY) -> dict[str, Any]:
     }
 
 
-def _answer(srv: Any, tokens: list[str], delay: float) -> None:
-    srv.answer_tokens = list(tokens)
-    srv.token_delay = delay
-
-
-def _stall(srv: Any, pings: bool) -> None:
-    if pings:
-        pytest.skip("codex app-server sends nothing while it waits for the model: there are no keep-alives")
-    srv.answer_tokens = ["The first part ", "and the rest."]
-    srv.fault = "stall"
-
-
-def _think(srv: Any, thoughts: list[str], tokens: list[str]) -> None:
-    srv.think_tokens = list(thoughts)
-    srv.answer_tokens = list(tokens)
-
-
-def _seen(srv: Any) -> list[Seen]:
-    # Codex sends no end user upstream: what a thread is scoped by is its workspace (one per
-    # session scope, so per person or per group), which the scripted Codex names in a test header
-    return [Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
-                 user=r.headers.get("x-fake-agent-cwd", ""), conversation=r.headers.get("thread-id", ""),
-                 cookie=r.headers.get("cookie"))
-            for r in srv.api.model_requests() if r.api == "openai"]
-
-
-def _image(srv: Any) -> bool:
-    return any(c.get("type") == "input_image" and str(c.get("image_url", "")).startswith("data:image/png;base64,")
-               for r in srv.api.model_requests() for item in r.body.get("input") or []
-               if isinstance(item, dict) for c in item.get("content") or [] if isinstance(c, dict))
-
-
 def cases() -> list[PluginCase]:
-    extra: dict[str, Any] = {}
-    if "agent_pids" in PluginCase.__dataclass_fields__:
-        extra["agent_pids"] = lambda srv: srv.api.agent_pids()
     return [
         PluginCase(
             plugin="codex-agent",
             startup=0.5,
             start_server=lambda: CodexServer().start(),
             config=config,
-            secrets=lambda srv: [KEY],
-            answer=_answer,
-            no_usage=lambda srv: setattr(srv, "include_usage", False),
-            set_fault=lambda srv, name: setattr(srv, "fault", name),
+            key=KEY,
             faults=FAULTS,
-            image_received=_image,
+            image_received=openai_image_received,
             cancel_seen=lambda srv: bool(srv.events("interrupt")),
-            open_connections=lambda srv: srv.api.active_requests,
-            stall=_stall,
-            think=_think,
+            open_connections=lambda srv: srv.active_requests,
+            stall=silent_stall("codex app-server sends nothing while it waits for the model: there are no keep-alives"),
+            think=think,
             forget_sessions=lambda srv: srv.forget_threads(),
-            seen=_seen,
+            seen=seen_by_workspace("thread-id"),
             # second_bot: the bots-isolation cell reads the end user from what the upstream sees;
             # Codex sends none (only its workspace), so that cell does not apply; two bots with
             # their own keys in one process are checked in tests/plugins/test_codex_agent.py
             # hashed: like actor (one thread per person); the lb_ id it derives never reaches Codex
             group_modes={"actor": "person", "conversation": "shared"},
-            **extra,
+            agent_pids=lambda srv: srv.agent_pids(),
         )
     ]

@@ -69,14 +69,14 @@ async def test_ok_text_streams_the_answer_without_the_codex_warning(srv, host):
     assert all("Model metadata" not in d for d in deltas(results))
     (key, sid), = state_updates(results).items()
     assert key.startswith(const.SESSION_KEY) and sid
-    req = srv.api.model_requests()[0]
+    req = srv.model_requests()[0]
     assert req.headers["authorization"] == f"Bearer {KEY}" and req.headers["session-id"] == sid
     assert not await _no_children()
 
 
 async def test_ok_usage_comes_from_the_prompt_result(srv, host):
     end = terminal(await run(make_runner("acp-agent-runner", host), host, config=config(srv)))
-    n_in = len(srv.api.requests[-1].body) // 4
+    n_in = len(srv.requests[-1].body) // 4
     assert (end.usage.prompt_tokens, end.usage.completion_tokens, end.usage.total_tokens) == (n_in, 7, n_in + 7)
 
 
@@ -85,7 +85,7 @@ async def test_resume_continues_the_same_agent_session_in_a_new_process(srv, hos
     first = await run(runner, host, config=config(srv))
     second = await run(runner, host, "and again?", config=config(srv))
     assert final_text(second) == "Hello from the fake model." and not state_updates(second)
-    a, b = srv.api.model_requests()
+    a, b = srv.model_requests()
     assert a.headers["session-id"] == b.headers["session-id"] == next(iter(state_updates(first).values()))
     assert len(b.body["input"]) > len(a.body["input"]), "the resumed session carries the history"
     assert a.headers["x-fake-agent-pid"] != b.headers["x-fake-agent-pid"]
