@@ -153,6 +153,43 @@ def private_home(platform: str, workspace: Path) -> Path:
     return path
 
 
+def safe_file_name(name: str | None, fallback: str = "attachment") -> str:
+    """A chat attachment's name made safe to create in a directory: its last path part only, letters
+    (any script), digits and ``-_. `` kept, no leading dot, at most 100 characters."""
+    base = str(name or "").replace("\\", "/").rsplit("/", 1)[-1]
+    kept = "".join(c if c.isalnum() or c in "-_. " else "_" for c in base).strip().lstrip(".")
+    return kept[:100].strip() or fallback
+
+
+def save_attachment(workspace: Path, subdir: str, name: str | None, data: bytes) -> Path:
+    """Write a file from the chat into ``workspace/subdir`` for the agent to read, under a safe name
+    that never replaces an existing file and never follows a symlink: the agent may have turned the
+    folder or a name in it into a link to somewhere else on the host."""
+    if not subdir or "/" in subdir or subdir in (".", ".."):
+        raise ValueError(f"subdir must be one folder name, not {subdir!r}")
+    root = workspace.resolve()
+    folder = root / subdir
+    stem = safe_file_name(name)
+    try:
+        folder.mkdir(exist_ok=True)
+        if folder.is_symlink() or not folder.is_dir() or folder.resolve().parent != root:
+            raise RunnerError("input.unreadable", f"{folder.name} in the workspace is not a plain folder; "
+                                                  "the attachment was not saved")
+        for n in range(1000):
+            candidate = folder / (stem if n == 0 else f"{n}-{stem}")
+            try:
+                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            return candidate
+    except OSError as exc:
+        raise RunnerError("input.unreadable",
+                          f"could not save {stem} into the workspace ({exc.strerror or exc})") from None
+    raise RunnerError("input.unreadable", f"too many files named {stem} in the workspace")
+
+
 def find_executable(value: str | None, default: str, *, key: str = "executable", hint: str = "") -> str:
     """The program to start: the configured path or name, else ``default`` on PATH."""
     wanted = str(value).strip() if value else default

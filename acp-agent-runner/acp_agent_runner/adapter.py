@@ -49,7 +49,7 @@ from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.inputs import InputFile, UserInput
 from runner_kit.logs import get_logger
-from runner_kit.process import AgentProcess, child_env, private_home, workspace_dir
+from runner_kit.process import AgentProcess, child_env, private_home, save_attachment, workspace_dir
 from runner_kit.runner import Adapter
 from runner_kit.wire import json_object
 
@@ -399,11 +399,8 @@ class ACPAdapter(Adapter):
         name = os.path.basename(f.name.replace("\\", "/")) or "attachment"
         if f.data is None:
             return resource_link_block(name, f.url or "", mime_type=f.mime_type)
-        folder = self.workspace / "langbot-attachments"
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / name
-        path.write_bytes(f.data)
-        return resource_link_block(name, path.resolve().as_uri(), mime_type=f.mime_type, size=len(f.data))
+        path = save_attachment(self.workspace, "langbot-attachments", name, f.data)
+        return resource_link_block(path.name, path.as_uri(), mime_type=f.mime_type, size=len(f.data))
 
     # --- agent → client -----------------------------------------------------------------------
 

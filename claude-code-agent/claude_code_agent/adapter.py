@@ -36,6 +36,7 @@ from runner_kit.process import (
     find_executable,
     parse_env_setting,
     private_home,
+    save_attachment,
     workspace_dir,
 )
 from runner_kit.runner import Adapter, RunEnv
@@ -177,11 +178,8 @@ class ClaudeCodeAdapter(Adapter):
                     "type": "base64", "media_type": f.mime_type or "image/png",
                     "data": base64.b64encode(f.data).decode()}})
             elif self.workspace is not None:
-                folder = self.workspace / UPLOAD_DIR
-                folder.mkdir(exist_ok=True)
-                name = Path(f.name or "file").name or "file"
-                (folder / name).write_bytes(f.data)
-                saved.append(f"./{UPLOAD_DIR}/{name}")
+                path = save_attachment(self.workspace, UPLOAD_DIR, f.name, f.data)
+                saved.append(f"./{UPLOAD_DIR}/{path.name}")
         if saved:
             text = (text + "\n\n" if text else "") + "Attached: " + ", ".join(saved)
         if text or not blocks:

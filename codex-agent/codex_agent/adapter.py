@@ -32,6 +32,7 @@ from runner_kit.process import (
     find_executable,
     parse_env_setting,
     private_home,
+    save_attachment,
     workspace_dir,
 )
 from runner_kit.runner import Adapter, RunEnv
@@ -56,7 +57,6 @@ INTERRUPT_WAIT = 3.0  # seconds for turn/interrupt to be acknowledged
 EXIT_WAIT = 1.0  # seconds for app-server to exit by itself once stdin closes
 _ATTACHMENTS = ".langbot-attachments"
 _RESERVED_ENV = frozenset({"PATH", "HOME", "CODEX_HOME", "SHELL", "USER", MCP_TOKEN_ENV})
-_SAFE_NAME = "".join(chr(c) for c in range(128) if chr(c).isalnum()) + "-_."
 
 
 class CodexAdapter(Adapter):
@@ -230,21 +230,11 @@ class CodexAdapter(Adapter):
             root = data_dir(DATA) / "images"
             root.mkdir(parents=True, exist_ok=True)
             self._images = Path(tempfile.mkdtemp(prefix="run-", dir=root))
-        path = self._images / _safe_name(f.name, len(list(self._images.iterdir())))
-        path.write_bytes(f.data or b"")
-        return path
+        return save_attachment(self._images.parent, self._images.name, f.name or "image", f.data or b"")
 
     def _save_file(self, f: InputFile) -> Path:
         assert self._workspace is not None
-        folder = self._workspace / _ATTACHMENTS
-        folder.mkdir(exist_ok=True)
-        path = folder / _safe_name(f.name, 0)
-        n = 1
-        while path.exists():
-            path = folder / f"{n}-{_safe_name(f.name, 0)}"
-            n += 1
-        path.write_bytes(f.data or b"")
-        return path
+        return save_attachment(self._workspace, _ATTACHMENTS, f.name, f.data or b"")
 
     # --- server requests (approvals) ----------------------------------------------------------
 
@@ -313,8 +303,3 @@ def _thread_id(result: Any) -> str | None:
     thread = result.get("thread") if isinstance(result, dict) else None
     tid = thread.get("id") if isinstance(thread, dict) else None
     return str(tid) if tid else None
-
-
-def _safe_name(name: str, n: int) -> str:
-    base = "".join(c if c in _SAFE_NAME else "_" for c in os.path.basename(name or ""))[:80].strip("._")
-    return base or f"attachment-{n}"

@@ -184,3 +184,36 @@ async def test_stop_when_cancelled_still_kills_everything(tmp_path):
     await asyncio.sleep(0.1)
     assert not alive(tool) and not alive(proc.pid)
     assert not descendants(os.getpid()) - {p for p in descendants(os.getpid()) if not alive(p)}
+
+
+def test_attachments_are_saved_under_safe_names_without_replacing_anything(tmp_path):
+    from runner_kit.process import safe_file_name, save_attachment
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    assert safe_file_name("../../etc/passwd") == "passwd"
+    assert safe_file_name("..") == "attachment" and safe_file_name("C:\\x\\报告 1.pdf") == "报告 1.pdf"
+    assert safe_file_name(".bashrc") == "bashrc" and safe_file_name("a;rm -rf *") == "a_rm -rf _"
+    first = save_attachment(ws, "langbot-files", "../../notes.txt", b"one")
+    second = save_attachment(ws, "langbot-files", "notes.txt", b"two")
+    assert first == ws.resolve() / "langbot-files" / "notes.txt" and first.read_bytes() == b"one"
+    assert second.name == "1-notes.txt" and second.read_bytes() == b"two"
+
+
+def test_an_agent_made_symlink_never_redirects_an_attachment_outside_the_workspace(tmp_path):
+    from runner_kit.process import save_attachment
+
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (ws / "langbot-files").symlink_to(outside)  # the agent pointed the upload folder elsewhere
+    with pytest.raises(RunnerError) as err:
+        save_attachment(ws, "langbot-files", "x.txt", b"data")
+    assert err.value.code == "input.unreadable" and not list(outside.iterdir())
+    (ws / "langbot-files").unlink()
+    (ws / "langbot-files").mkdir()
+    target = outside / "victim"
+    target.write_text("keep")
+    (ws / "langbot-files" / "x.txt").symlink_to(target)  # a file name linked to a host file
+    saved = save_attachment(ws, "langbot-files", "x.txt", b"data")
+    assert saved.name == "1-x.txt" and target.read_text() == "keep"
