@@ -149,3 +149,26 @@ async def children_left(timeout: float = 5.0) -> set[int]:
         if not left or time.monotonic() > end:
             return left
         await asyncio.sleep(0.05)
+
+
+def scripted_runner(adapter_base: type, schema: Any, **class_attrs: Any) -> tuple[Any, LocalHost, type]:
+    """A KitRunner over a fresh subclass of ``adapter_base`` carrying ``class_attrs`` (the script
+    the test plays), bound to a new local host: ``(runner, host, adapter class)``."""
+    from runner_kit.runner import KitRunner
+
+    cls = type(adapter_base.__name__ + "Case", (adapter_base,), dict(class_attrs))
+    runner_cls = type("ScriptedRunner", (KitRunner,), {"adapter": cls, "schema": schema})
+    host = LocalHost()
+    runner = runner_cls()
+    runner.bind_runtime(plugin_runtime_handler=host)
+    return runner, host, cls
+
+
+def sleep_step(seconds: float) -> Any:
+    """A script step that waits ``seconds`` (scripted adapters await callables)."""
+    import asyncio
+
+    async def step(_: Any) -> None:
+        await asyncio.sleep(seconds)
+
+    return step

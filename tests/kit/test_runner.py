@@ -10,9 +10,20 @@ import pytest
 from runner_kit import events as ev
 from runner_kit.config import ConfigSchema
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.runner import Adapter, KitRunner, deadline_margin
-from runners_cli.host import Identity, LocalHost
-from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, stored_key, terminal
+from runner_kit.runner import Adapter, deadline_margin
+from runners_cli.host import Identity
+from tests.helpers import (
+    deltas,
+    failure,
+    final_text,
+    rtype,
+    run,
+    scripted_runner,
+    sleep_step,
+    state_updates,
+    stored_key,
+    terminal,
+)
 
 SCHEMA = ConfigSchema.from_items(
     [
@@ -50,19 +61,10 @@ KEY = stored_key("scripted.session")  # per upstream user under the default user
 
 
 def make(script):
-    cls = type("S", (Scripted,), {"script": script, "cancelled": [], "attempts": []})
-    runner_cls = type("R", (KitRunner,), {"adapter": cls, "schema": SCHEMA})
-    host = LocalHost()
-    r = runner_cls()
-    r.bind_runtime(plugin_runtime_handler=host)
-    return r, host, cls
+    return scripted_runner(Scripted, SCHEMA, script=script, cancelled=[], attempts=[])
 
 
-def sleep(s):
-    async def step(_):
-        await asyncio.sleep(s)
-
-    return step
+sleep = sleep_step
 
 
 def boom(exc):

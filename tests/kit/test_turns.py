@@ -8,9 +8,20 @@ import time
 from runner_kit import events as ev
 from runner_kit.config import ConfigSchema
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.runner import INTERRUPTED_NOTE, Adapter, KitRunner
-from runners_cli.host import Identity, LocalHost
-from tests.helpers import collect, deltas, failure, messages, rtype, state_updates, stored_key, terminal
+from runner_kit.runner import INTERRUPTED_NOTE, Adapter
+from runners_cli.host import Identity
+from tests.helpers import (
+    collect,
+    deltas,
+    failure,
+    messages,
+    rtype,
+    scripted_runner,
+    sleep_step,
+    state_updates,
+    stored_key,
+    terminal,
+)
 
 SCHEMA = ConfigSchema.from_items(
     [
@@ -59,20 +70,11 @@ class Live(Adapter):
         type(self).log.append(("close",))
 
 
-def make(turns, **ctx_kwargs):
-    cls = type("L", (Live,), {"turns": turns, "log": []})
-    runner_cls = type("R", (KitRunner,), {"adapter": cls, "schema": SCHEMA})
-    host = LocalHost()
-    r = runner_cls()
-    r.bind_runtime(plugin_runtime_handler=host)
-    return r, host, cls
+def make(turns):
+    return scripted_runner(Live, SCHEMA, turns=turns, log=[])
 
 
-def sleep(s):
-    async def step(_):
-        await asyncio.sleep(s)
-
-    return step
+sleep = sleep_step
 
 
 def wait_interrupt(limit=5.0):
