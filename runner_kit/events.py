@@ -126,8 +126,18 @@ class Progress:
     text: str
 
 
+@dataclass(slots=True)
+class State:
+    """A value to keep in LangBot's persistent state for later runs (``state.updated``), e.g. a
+    conversation's summary checkpoint. ``scope`` is conversation, actor, subject or runner."""
+
+    key: str
+    value: Any
+    scope: str = "conversation"
+
+
 Event = (
     Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
-    | NoReply | Meta | Progress | Finish
+    | NoReply | Meta | Progress | Finish | State
 )
 

@@ -560,6 +560,8 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
             builder.no_reply = True
         case ev.Meta(key=k, value=v):
             builder.meta[k] = v
+        case ev.State(key=k, value=v, scope=scope):
+            out.append(builder.state(k, v, scope))
         case _:
             get_logger("runner_kit.run").debug("ignoring unknown adapter event %r", type(item))
     return [r for r in out if r is not None]
