@@ -55,6 +55,15 @@ def _parser() -> argparse.ArgumentParser:
     p_chat.add_argument("--conversation", default="cli", metavar="ID", help='conversation id (default: "cli")')
     p_chat.add_argument("--user", default=None, metavar="ID", help="the sender's user id")
     p_chat.add_argument("-v", "--verbose", action="store_true", help="show the runner's log records")
+    llm = p_chat.add_argument_group(
+        "local model (local-agent only)",
+        "local-agent runs on LangBot's own models and tools: the local host serves its model from this "
+        "OpenAI-compatible Chat Completions endpoint (model id local-llm) and offers two demo tools, "
+        "current_time and calculate. Other plugins accept and ignore these flags.",
+    )
+    llm.add_argument("--llm-base-url", metavar="URL", help="e.g. http://127.0.0.1:11434/v1 (default: $OPENAI_BASE_URL)")
+    llm.add_argument("--llm-api-key", metavar="KEY", help="the endpoint's API key (default: $OPENAI_API_KEY)")
+    llm.add_argument("--llm-model", metavar="NAME", help="the model name the endpoint serves (default: $OPENAI_MODEL)")
     p_new = sub.add_parser("new", help="start a new plugin directory in the shared shape")
     p_new.add_argument("directory", help="directory name, e.g. coze-agent")
     p_new.add_argument("name", help="plugin name, e.g. CozeAgent")
@@ -98,12 +107,25 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from .chat import DEFAULT_STATE, ChatError, apply_sets, chat, load_config_file
+    from .chat import (
+        DEFAULT_STATE,
+        LOCAL_AGENT,
+        ChatError,
+        apply_sets,
+        chat,
+        llm_settings,
+        load_config_file,
+        local_agent_config,
+    )
 
     info = _find(args.plugin)
+    llm = None
     try:
         config = load_config_file(args.config) if args.config else {}
         config = apply_sets(config, args.sets)
+        if info.dirname == LOCAL_AGENT:
+            llm = llm_settings(args.llm_base_url, args.llm_api_key, args.llm_model)
+            config = local_agent_config(config)
     except ChatError as exc:
         print(f"runners chat: {exc}", file=sys.stderr)
         return 2
@@ -121,6 +143,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         user=args.user,
         verbose=args.verbose,
         follow_ups=args.follow_up,
+        llm=llm,
     )
 
 

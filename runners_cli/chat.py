@@ -9,14 +9,17 @@ stdout carries only the assistant's text (streamed); everything else goes to std
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import logging
+import operator
 import os
 import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +30,7 @@ import yaml
 from runner_kit.explain import parse_failure_log
 
 from .host import Identity, LocalHost, StateStore
+from .host_models import LocalTool, OpenAIChatModel
 from .plugins import PluginInfo, load_runner_class
 
 DEFAULT_STATE = Path(".runners") / "chat-state.sqlite"
@@ -79,7 +83,7 @@ def secret_values(info: PluginInfo, config: dict[str, Any]) -> list[str]:
     out = []
     for item in info.config_items:
         if item.get("type") in ("secret", "password"):
-            value = config.get(item.get("name"))
+            value = config.get(str(item.get("name")))
             if isinstance(value, str) and value:
                 out.append(value)
     return out
@@ -90,6 +94,112 @@ def looks_secret(key: str, value: Any, secrets: list[str]) -> bool:
         return True
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
     return any(s and s in text for s in secrets)
+
+
+# --- the local model and demo tools (runners chat local-agent) -------------------------------------
+
+#: the plugin that runs on the host's own models and tools
+LOCAL_AGENT = "local-agent"
+#: the model id the local host registers the --llm-* endpoint under
+LOCAL_MODEL_ID = "local-llm"
+
+
+@dataclass
+class LLMSettings:
+    """The OpenAI-compatible endpoint the local host serves LangBot's model actions from."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+
+
+def llm_settings(base_url: str | None, api_key: str | None, model: str | None,
+                 env: dict[str, str] | None = None) -> LLMSettings:
+    """The --llm-* flags, else OPENAI_BASE_URL / OPENAI_API_KEY / OPENAI_MODEL; a URL and a model
+    name are required."""
+    env = dict(os.environ) if env is None else env
+    base_url = base_url or env.get("OPENAI_BASE_URL") or None
+    api_key = api_key or env.get("OPENAI_API_KEY") or None
+    model = model or env.get("OPENAI_MODEL") or None
+    missing = [flag for flag, value in (("--llm-base-url (or OPENAI_BASE_URL)", base_url),
+                                        ("--llm-model (or OPENAI_MODEL)", model)) if not value]
+    if missing:
+        raise ChatError(f"{LOCAL_AGENT} answers with an OpenAI-compatible model: give {' and '.join(missing)}"
+                        " (and --llm-api-key or OPENAI_API_KEY when the endpoint needs a key)")
+    assert base_url is not None and model is not None
+    return LLMSettings(base_url=base_url, model=model, api_key=api_key)
+
+
+def local_agent_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The runner config ``runners chat local-agent`` uses: the local model and every host tool,
+    unless the user set them."""
+    out = dict(config)
+    out.setdefault("model", {"primary": LOCAL_MODEL_ID, "fallbacks": []})
+    out.setdefault("enable-all-tools", True)
+    return out
+
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.UAdd: operator.pos, ast.USub: operator.neg}
+MAX_EXPRESSION = 200
+
+
+def calculate(expression: str) -> float | int:
+    """Arithmetic (numbers, + - * / // % **, parentheses) parsed with ``ast`` — nothing is executed.
+    Raises ValueError for anything else, and for results too large to be useful."""
+    if not isinstance(expression, str) or not expression.strip():
+        raise ValueError("give an arithmetic expression, e.g. 2 * (3 + 4)")
+    if len(expression) > MAX_EXPRESSION:
+        raise ValueError(f"the expression is longer than {MAX_EXPRESSION} characters")
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not an arithmetic expression: {expression!r}") from None
+
+    def value(node: ast.AST) -> float | int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+                and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](value(node.operand))  # type: ignore[no-any-return]
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Pow) and (abs(right) > 64 or abs(left) > 1e6):
+                raise ValueError("the power is too large")
+            result = _BINARY[type(node.op)](left, right)
+            if abs(result) > 1e100:
+                raise ValueError("the result is too large")
+            return result  # type: ignore[no-any-return]
+        raise ValueError(f"only numbers and + - * / // % ** ( ) are allowed, not {type(node).__name__}")
+
+    try:
+        return value(tree.body)
+    except ZeroDivisionError:
+        raise ValueError("division by zero") from None
+
+
+def _calculate_tool(params: dict[str, Any]) -> dict[str, Any]:
+    expression = str(params.get("expression") or "")
+    return {"expression": expression, "result": calculate(expression)}
+
+
+def _current_time_tool(params: dict[str, Any]) -> dict[str, Any]:
+    now = time.time()
+    return {"utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now)),
+            "local": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(now)), "unix": int(now)}
+
+
+def demo_tools() -> list[LocalTool]:
+    """The tools ``runners chat local-agent`` offers: safe, no file or network access."""
+    return [
+        LocalTool("current_time", "The current date and time (UTC and this computer's local time).",
+                  {"type": "object", "properties": {}}, _current_time_tool),
+        LocalTool("calculate", "Evaluate an arithmetic expression: numbers, + - * / // % ** and parentheses.",
+                  {"type": "object", "properties": {"expression": {"type": "string",
+                                                                   "description": "e.g. (17 + 4) * 3"}},
+                   "required": ["expression"]}, _calculate_tool),
+    ]
 
 
 # --- terminal output ---------------------------------------------------------------------------
@@ -230,9 +340,12 @@ class ChatSession:
     user: str | None = None
     out: TextIO = field(default_factory=lambda: sys.stdout)
     err: TextIO = field(default_factory=lambda: sys.stderr)
+    llm: LLMSettings | None = None  # the local host's model (local-agent)
 
     def __post_init__(self) -> None:
         self.secrets = secret_values(self.info, self.config)
+        if self.llm is not None and self.llm.api_key:
+            self.secrets.append(self.llm.api_key)
         self.printer = Printer(self.out, self.err, self.redact)
         actor = self.user or DEFAULT_USER
         self.identity = Identity(conversation_id=self.conversation, actor_id=actor, actor_name=actor)
@@ -243,6 +356,11 @@ class ChatSession:
     async def start(self) -> None:
         self.state_path.parent.mkdir(parents=True, exist_ok=True)
         self.host = LocalHost(store=StateStore(self.state_path), runner_id=self.info.runner_id)
+        if self.llm is not None:
+            self.host.add_model(OpenAIChatModel(LOCAL_MODEL_ID, base_url=self.llm.base_url, api_key=self.llm.api_key,
+                                                model_name=self.llm.model))
+            for tool in demo_tools():
+                self.host.add_tool(tool)
         runner_cls = load_runner_class(self.info)
         self.runner = runner_cls()
         self.runner.bind_runtime(plugin_runtime_handler=self.host, plugin_identity=f"{self.info.author}/{self.info.name}")
@@ -501,6 +619,7 @@ def chat(
     err: TextIO | None = None,
     verbose: bool = False,
     follow_ups: list[str] | None = None,
+    llm: LLMSettings | None = None,
 ) -> int:
     logging.basicConfig(
         level=logging.INFO if verbose else logging.ERROR,
@@ -515,5 +634,6 @@ def chat(
         user=user,
         out=out or sys.stdout,
         err=err or sys.stderr,
+        llm=llm,
     )
     return asyncio.run(run_session(session, message, stdin or sys.stdin, follow_ups))

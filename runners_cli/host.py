@@ -4,6 +4,13 @@ applies ``state.updated`` results the way LangBot does, and keeps each conversat
 (every user message when its run starts, every run's first completed assistant message) that
 ``history_page`` serves in LangBot's shape. Used by ``runners chat`` (state and transcript in a
 SQLite file, so the next process sees earlier turns) and by the test suite (in memory).
+
+It also stands in for LangBot's model layer, tool manager and knowledge bases: models
+(``add_model``: ``OpenAIChatModel``, ``LocalReranker``), tools (``add_tool``) and knowledge bases
+(``add_knowledge_base``) from ``runners_cli.host_models`` answer ``invoke_llm``,
+``invoke_llm_stream``, ``count_tokens``, ``invoke_rerank``, ``call_tool``, ``get_tool_detail`` and
+``retrieve_knowledge_base``. ``make_context`` grants a run what LangBot's resource builder would for
+its config, and every such action is checked against those frozen grants with LangBot's texts.
 """
 
 from __future__ import annotations
@@ -14,12 +21,16 @@ import sqlite3
 import time
 import uuid
 from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.entities.io.errors import ActionCallError
+
+from .host_models import LocalKnowledgeBase, LocalTool
 
 SCOPES = ("conversation", "actor", "subject", "runner")
 MAX_STATE_VALUE = 256 * 1024
@@ -126,7 +137,7 @@ class StateStore:
             ),
         )
         self._db.commit()
-        return int(cur.lastrowid)
+        return int(cur.lastrowid or 0)
 
     def page_transcript(
         self,
@@ -142,7 +153,8 @@ class StateStore:
         conversation_id/bot_id/workspace_id/thread_id (thread compared strictly, NULL included);
         Without a cursor both directions list newest first, as LangBot does."""
         limit = min(int(limit), HISTORY_HARD_LIMIT)
-        parts, args = ["conversation_id=?"], [scope["conversation_id"]]
+        parts: list[str] = ["conversation_id=?"]
+        args: list[Any] = [scope["conversation_id"]]
         for column in ("bot_id", "workspace_id", "thread_id"):
             value = scope.get(column)
             if value is not None:
@@ -174,7 +186,7 @@ class StateStore:
         """Every stored transcript item, oldest first."""
         return [_transcript_item(row, True) for row in self._transcript_rows("SELECT * FROM transcript ORDER BY seq")]
 
-    def _transcript_rows(self, sql: str, args: tuple = ()) -> list[dict[str, Any]]:
+    def _transcript_rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         cur = self._db.cursor()
         cur.row_factory = sqlite3.Row
         return [dict(row) for row in cur.execute(sql, args).fetchall()]
@@ -267,7 +279,17 @@ class LocalHost:
     prompt: list[dict[str, Any]] = field(default_factory=list)
     tool_results: dict[str, Any] = field(default_factory=dict)
     kb_results: list[dict[str, Any]] = field(default_factory=list)
+    #: LLM and rerank models by id (``add_model``), host tools by name, knowledge bases by id
+    models: dict[str, Any] = field(default_factory=dict)
+    tools: dict[str, LocalTool] = field(default_factory=dict)
+    knowledge_bases: dict[str, LocalKnowledgeBase] = field(default_factory=dict)
+    #: False: ``count_tokens`` fails like a provider without token counting
+    count_tokens_supported: bool = True
+    #: SkillResource dicts (``skill_name``, ``display_name``, ``description``) granted to every run
+    skills: list[dict[str, Any]] = field(default_factory=list)
     _runs: dict[str, Identity] = field(default_factory=dict)
+    _grants: dict[str, dict[str, dict[str, set[str]]]] = field(default_factory=dict)
+    _configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     _answered: set[str] = field(default_factory=set)  # runs whose assistant message is in the transcript
 
     # --- conversation transcript (what history_page serves) --------------------------------
@@ -290,7 +312,7 @@ class LocalHost:
         return {"conversation_id": ident.conversation_id, "bot_id": ident.bot_id,
                 "workspace_id": ident.workspace_id, "thread_id": ident.thread_id}
 
-    def _record_user(self, ident: Identity, event_id: str, text: str, contents: list, attachments: list) -> None:
+    def _record_user(self, ident: Identity, event_id: str, text: str, contents: list[Any], attachments: list[Any]) -> None:
         """LangBot writes the user's message before it invokes the runner, so a run's own message
         is already on the page it reads."""
         self.store.append_transcript({
@@ -320,6 +342,56 @@ class LocalHost:
             "run_id": run_id, "runner_id": self.runner_id, "metadata": {"run_id": run_id, "runner_id": self.runner_id},
         })
 
+    # --- models, tools, knowledge bases -----------------------------------------------------
+
+    def add_model(self, model: Any) -> None:
+        """Register an LLM model (``OpenAIChatModel``) or a rerank model (``LocalReranker``)."""
+        self.models[model.model_id] = model
+
+    def add_tool(self, tool: LocalTool) -> None:
+        self.tools[tool.name] = tool
+
+    def add_knowledge_base(self, kb: LocalKnowledgeBase) -> None:
+        self.knowledge_bases[kb.kb_id] = kb
+
+    def _model_of(self, model_id: Any, kind: str) -> Any:
+        model = self.models.get(model_id) if isinstance(model_id, str) else None
+        return model if model is not None and getattr(model, "model_type", None) == kind else None
+
+    def granted_resources(self, config: dict[str, Any]) -> dict[str, Any]:
+        """What LangBot's resource builder grants a run of this config from what the host has:
+        the LLM models named by ``model`` (an id, or ``{"primary", "fallbacks"}``), the
+        ``rerank-model``, every host tool with ``enable-all-tools`` (else those in ``tools``), the
+        ``knowledge-bases``, and the host's skills. Ids the host does not know are left out."""
+        selected = config.get("model")
+        if isinstance(selected, dict):
+            fallbacks = selected.get("fallbacks")
+            names = [selected.get("primary"), *(fallbacks if isinstance(fallbacks, list) else [])]
+        else:
+            names = [selected]
+        models: list[dict[str, Any]] = []
+        for name in dict.fromkeys(n for n in names if isinstance(n, str)):
+            if self._model_of(name, "llm") is not None:
+                models.append({"model_id": name, "model_type": "llm", "provider": self.models[name].provider,
+                               "operations": ["invoke", "stream", "count_tokens"]})
+        reranker = self._model_of(config.get("rerank-model"), "rerank")
+        if reranker is not None:
+            models.append({"model_id": reranker.model_id, "model_type": "rerank", "provider": reranker.provider,
+                           "operations": ["rerank"]})
+        if _truthy(config.get("enable-all-tools", True)):  # LangBot's resource policy defaults it on
+            tool_names = list(self.tools)
+        else:
+            listed = config.get("tools")
+            tool_names = [n for n in listed if n in self.tools] if isinstance(listed, list) else []
+        tools = [{"tool_name": n, "tool_type": "plugin", "description": self.tools[n].description,
+                  "parameters": self.tools[n].parameters, "operations": ["detail", "call"]}
+                 for n in dict.fromkeys(tool_names)]
+        listed_kbs = config.get("knowledge-bases")
+        kb_ids = [k for k in listed_kbs if k in self.knowledge_bases] if isinstance(listed_kbs, list) else []
+        kbs = [{"kb_id": k, "kb_name": self.knowledge_bases[k].name, "kb_type": self.knowledge_bases[k].kb_type,
+                "operations": ["list", "retrieve"]} for k in dict.fromkeys(kb_ids)]
+        return {"models": models, "tools": tools, "knowledge_bases": kbs, "skills": [dict(s) for s in self.skills]}
+
     # --- context ----------------------------------------------------------------------------
 
     def scope_key(self, ident: Identity, scope: str) -> str | None:
@@ -347,12 +419,23 @@ class LocalHost:
         resources: dict[str, Any] | None = None,
     ) -> RunnerContext:
         """Build a RunnerContext the way LangBot 4.11.2's context builder does for a pipeline run.
-        ``resources`` adds to what the run is granted (``{"tools": [{"tool_name": ..., "operations":
-        ["call"]}], "knowledge_bases": [...]}``; plugin storage is granted unless it says otherwise)."""
+        The run is granted what ``granted_resources`` derives from ``config``; ``resources`` adds to
+        that (``{"tools": [{"tool_name": ..., "operations": ["call"]}], "knowledge_bases": [...]}``;
+        plugin storage is granted unless it says otherwise). The grants are frozen for the run and
+        every model, tool and knowledge-base action is checked against them."""
         ident = identity or Identity()
         config = dict(config or {})
         run_id = str(uuid.uuid4())
         self._runs[run_id] = ident
+        self._configs[run_id] = config
+        granted = _merged_resources(self.granted_resources(config), resources or {})
+        self._grants[run_id] = _grant_index(granted)
+        runtime_metadata: dict[str, Any] = {"bot_id": ident.bot_id, "workspace_id": ident.workspace_id,
+                                            "streaming_supported": True}
+        primary = next((m for m in granted.get("models") or [] if m.get("model_type") in (None, "llm")), None)
+        window = getattr(self.models.get(primary["model_id"]), "context_window", None) if primary else None
+        if window:
+            runtime_metadata["model_context_window_tokens"] = int(window)
         # like the real host: a missing timeout is 300 s; 0, negative, blank or unparsable is no deadline
         t = config.get("timeout", 300.0) if timeout is None else timeout
         try:
@@ -402,7 +485,7 @@ class LocalHost:
             },
             # a pipeline delivers automatically; agent debug (surface webui) does not
             "delivery": {"surface": surface, "automatic_reply": surface == "platform", "supports_streaming": True},
-            "resources": {"storage": {"plugin_storage": True, "workspace_storage": False}, **(resources or {})},
+            "resources": granted,
             "context": {
                 "conversation_id": ident.conversation_id,
                 "available_apis": {
@@ -417,7 +500,7 @@ class LocalHost:
             "runtime": {
                 "langbot_version": "4.11.2",
                 "deadline_at": deadline_at,
-                "metadata": {"bot_id": ident.bot_id, "workspace_id": ident.workspace_id, "streaming_supported": True},
+                "metadata": runtime_metadata,
             },
             "variables": {"query_id": 1},
             "config": config,
@@ -461,6 +544,8 @@ class LocalHost:
     async def call_action(self, action: Any, data: dict[str, Any], timeout: float = 15.0) -> dict[str, Any]:
         name = getattr(action, "value", action)
         self.calls.append(Call(name, dict(data)))
+        if name == "get_langbot_version":  # not run-scoped
+            return {"version": "4.11.2", "api_features": ["llm.reasoning_level"]}
         run_id = data.get("run_id")
         if not run_id:
             raise ActionCallError("run_id is required")
@@ -499,30 +584,21 @@ class LocalHost:
             self.store.storage_delete(data["key"])
             return {}
         if name == "steering_pull":
-            limit = data.get("limit")
-            if limit is not None and int(limit) <= 0:
+            asked = data.get("limit")
+            if asked is not None and int(asked) <= 0:
                 raise ActionCallError("limit must be > 0")
-            n = 1 if data.get("mode") in ("one", "one-at-a-time") else min(int(limit or 100), 100)
-            items = []
+            n = 1 if data.get("mode") in ("one", "one-at-a-time") else min(int(asked or 100), 100)
+            items: list[dict[str, Any]] = []
             while self.steering and len(items) < n:
                 items.append(self.steering.popleft())
             return {"items": items}
         if name == "history_page":
             return self._history_page(ident, data)
         if name == "get_prompt":
-            return {"prompt": list(self.prompt)}
-        if name == "call_tool":
-            tool = data.get("tool_name")
-            if tool not in self.tool_results:
-                raise ActionCallError(f"Tool {tool} not found")
-            return {"result": self.tool_results[tool]}
-        if name == "get_tool_detail":
-            tool = data.get("tool_name")
-            if tool not in self.tool_results:
-                raise ActionCallError(f"Tool {tool} not found")
-            return {"tool": {"name": tool, "description": "", "parameters": {"type": "object", "properties": {}}}}
-        if name == "retrieve_knowledge_base":
-            return {"results": list(self.kb_results)}
+            return {"prompt": self._prompt(run_id)}
+        handler = _RESOURCE_ACTIONS.get(name)
+        if handler is not None:
+            return await handler(self, run_id, data)
         raise ActionCallError(f"Unsupported action: {name}")
 
     def _history_page(self, ident: Identity, data: dict[str, Any]) -> dict[str, Any]:
@@ -547,8 +623,129 @@ class LocalHost:
         return {"items": items, "next_cursor": str(next_seq) if next_seq else None,
                 "prev_cursor": str(prev_seq) if prev_seq else None, "has_more": has_more}
 
-    def call_action_generator(self, action: Any, data: dict[str, Any], timeout: float = 15.0):
-        raise ActionCallError("LLM streaming is not available in the local host")
+    async def call_action_generator(
+        self, action: Any, data: dict[str, Any], timeout: float = 15.0
+    ) -> AsyncIterator[dict[str, Any]]:
+        """The streaming actions; only ``invoke_llm_stream`` (``{"chunk": …}`` items, then
+        ``{"usage": …}``) exists, served by a registered model."""
+        name = getattr(action, "value", action)
+        self.calls.append(Call(name, dict(data)))
+        if name != "invoke_llm_stream":
+            raise ActionCallError(f"Unsupported action: {name}")
+        if not any(getattr(m, "model_type", None) == "llm" for m in self.models.values()):
+            raise ActionCallError("LLM streaming is not available in the local host")
+        run_id = self._run_of(data)
+        model = self._granted_model(run_id, data, "stream")
+        stream = model.stream(data.get("messages") or [], self._effective_funcs(model, data),
+                              data.get("extra_args") or {}, remove_think=self._remove_think(run_id, data))
+        async with aclosing(stream) as items:
+            async for item in items:
+                yield item
+
+    # --- model, tool and knowledge-base actions (LangBot 4.11.2's handler.py) -------------------
+
+    def _run_of(self, data: dict[str, Any]) -> str:
+        run_id = data.get("run_id")
+        if not run_id:
+            raise ActionCallError("run_id is required")
+        if run_id not in self._runs:
+            raise ActionCallError(f"Run session {run_id} not found or expired")
+        return str(run_id)
+
+    def _authorize(self, run_id: str, resource_type: str, resource_id: Any, operation: str) -> None:
+        """LangBot's ``_validate_run_authorization``: the resource must be in the run's frozen grants
+        with this operation."""
+        operations = self._grants.get(run_id, {}).get(resource_type, {}).get(str(resource_id))
+        if operations is None or operation not in operations:
+            raise ActionCallError(
+                f"{resource_type} {resource_id} is not authorized for operation {operation} for this agent run")
+
+    def _remove_think(self, run_id: str, data: dict[str, Any]) -> bool:
+        if data.get("remove_think") is not None:
+            return bool(data["remove_think"])
+        return _truthy(self._configs.get(run_id, {}).get("remove-think"))
+
+    @staticmethod
+    def _effective_funcs(model: Any, data: dict[str, Any]) -> list[dict[str, Any]]:
+        """LangBot sends tools only to a model with the ``func_call`` ability."""
+        return list(data.get("funcs") or []) if "func_call" in (getattr(model, "abilities", ()) or ()) else []
+
+    def _prompt(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's effective prompt: ``host.prompt``, else the config's prompt-editor value."""
+        if self.prompt:
+            return list(self.prompt)
+        configured = self._configs.get(run_id, {}).get("prompt")
+        if isinstance(configured, str) and configured:
+            return [{"role": "system", "content": configured}]
+        return [dict(m) for m in configured if isinstance(m, dict)] if isinstance(configured, list) else []
+
+    def _granted_model(self, run_id: str, data: dict[str, Any], operation: str) -> Any:
+        """The model an action names, once the run's grants allow ``operation`` on it."""
+        field_name, kind, label = (("rerank_model_uuid", "rerank", "Rerank model") if operation == "rerank"
+                                   else ("llm_model_uuid", "llm", "LLM model"))
+        model_id = data.get(field_name)
+        self._authorize(run_id, "model", model_id, operation)
+        model = self._model_of(model_id, kind)
+        if model is None:
+            raise ActionCallError(f"{label} with {field_name} {model_id} not found")
+        return model
+
+    async def _invoke_llm(self, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        model = self._granted_model(run_id, data, "invoke")
+        result = await model.invoke(data.get("messages") or [], self._effective_funcs(model, data),
+                                    data.get("extra_args") or {}, remove_think=self._remove_think(run_id, data))
+        out = {"message": result["message"]}
+        if result.get("usage") is not None:
+            out["usage"] = result["usage"]
+        return out
+
+    async def _count_tokens(self, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        model = self._granted_model(run_id, data, "count_tokens")
+        if not self.count_tokens_supported:
+            raise ActionCallError("LLM provider does not support token counting")
+        return {"tokens": model.count_tokens(data.get("messages") or [], data.get("funcs") or [])}
+
+    async def _invoke_rerank(self, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        model = self._granted_model(run_id, data, "rerank")
+        scored = model.rerank(str(data.get("query") or ""), list(data.get("documents") or [])[:64])
+        scored = sorted(scored, key=lambda r: r.get("relevance_score", 0), reverse=True)
+        top_k = data.get("top_k")
+        return {"results": scored[: int(top_k)] if top_k is not None else scored}
+
+    async def _call_tool(self, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        tool = data.get("tool_name")
+        if "parameters" not in data:
+            raise ActionCallError("parameters is required for Runner tool calls")
+        self._authorize(run_id, "tool", tool, "call")
+        local = self.tools.get(str(tool))
+        if local is not None:
+            try:
+                return {"result": await local.call(data.get("parameters") or {})}
+            except Exception as exc:  # noqa: BLE001 - LangBot reports any tool failure in words
+                raise ActionCallError(f"Failed to execute tool {tool}: {exc}") from None
+        if tool not in self.tool_results:
+            raise ActionCallError(f"Tool {tool} not found")
+        return {"result": self.tool_results[tool]}
+
+    async def _get_tool_detail(self, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        tool = data.get("tool_name")
+        self._authorize(run_id, "tool", tool, "detail")
+        local = self.tools.get(str(tool))
+        if local is not None:
+            return {"tool": local.detail()}
+        if tool not in self.tool_results:
+            raise ActionCallError(f"Tool {tool} not found")
+        return {"tool": {"name": tool, "description": "", "parameters": {"type": "object", "properties": {}}}}
+
+    async def _retrieve_knowledge_base(self, run_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        kb_id = data.get("kb_id")
+        self._authorize(run_id, "knowledge_base", kb_id, "retrieve")
+        kb = self.knowledge_bases.get(str(kb_id))
+        if kb is not None:
+            return {"results": kb.retrieve(str(data.get("query_text") or ""), int(data.get("top_k") or 5))}
+        if self.kb_results:
+            return {"results": list(self.kb_results)}
+        raise ActionCallError(f"Knowledge base {kb_id} not found")
 
     def queue_steering(self, run_ctx: RunnerContext, text: str) -> None:
         """Claim a follow-up message for an active run (what LangBot does on a new message)."""
@@ -561,6 +758,61 @@ class LocalHost:
                 "input": {"text": text, "contents": [{"type": "text", "text": text}]},
             }
         )
+
+
+_RESOURCE_ACTIONS: dict[str, Callable[[LocalHost, str, dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+    "invoke_llm": LocalHost._invoke_llm,
+    "count_tokens": LocalHost._count_tokens,
+    "invoke_rerank": LocalHost._invoke_rerank,
+    "call_tool": LocalHost._call_tool,
+    "get_tool_detail": LocalHost._get_tool_detail,
+    "retrieve_knowledge_base": LocalHost._retrieve_knowledge_base,
+}
+
+#: the operations LangBot assumes for a granted resource that lists none (DEFAULT_RESOURCE_OPERATIONS)
+_DEFAULT_OPERATIONS = {
+    "model": {"invoke", "stream", "rerank", "count_tokens"},
+    "tool": {"detail", "call"},
+    "knowledge_base": {"list", "retrieve"},
+    "skill": {"activate"},
+}
+_RESOURCE_KEYS = {"models": ("model", "model_id"), "tools": ("tool", "tool_name"),
+                  "knowledge_bases": ("knowledge_base", "kb_id"), "skills": ("skill", "skill_name")}
+
+
+def _truthy(value: Any) -> bool:
+    """A config switch; ``runners chat --set`` passes strings."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def _merged_resources(granted: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    """``granted`` plus a test's ``resources``: listed resources are added (an entry for an id that
+    is already granted replaces it), other keys override; plugin storage unless told otherwise."""
+    out: dict[str, Any] = {"storage": {"plugin_storage": True, "workspace_storage": False},
+                           **{k: list(v) for k, v in granted.items()}}
+    for key, value in extra.items():
+        id_key = _RESOURCE_KEYS.get(key, (None, None))[1]
+        if id_key and isinstance(value, list):
+            given = {(v.get(id_key) if isinstance(v, dict) else None) for v in value}
+            out[key] = [r for r in out.get(key, []) if r.get(id_key) not in given] + list(value)
+        else:
+            out[key] = value
+    return out
+
+
+def _grant_index(resources: dict[str, Any]) -> dict[str, dict[str, set[str]]]:
+    """resource type -> id -> authorized operations, as LangBot freezes them for a run."""
+    index: dict[str, dict[str, set[str]]] = {}
+    for key, (rtype, id_key) in _RESOURCE_KEYS.items():
+        for item in resources.get(key) or []:
+            rid = item.get(id_key) if isinstance(item, dict) else getattr(item, id_key, None)
+            if rid is None:
+                continue
+            ops = item.get("operations") if isinstance(item, dict) else getattr(item, "operations", None)
+            index.setdefault(rtype, {})[str(rid)] = set(ops or _DEFAULT_OPERATIONS[rtype])
+    return index
 
 
 async def run_and_collect(runner: Any, host: LocalHost, ctx: RunnerContext) -> list[Any]:

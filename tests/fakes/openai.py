@@ -18,13 +18,32 @@ Endpoints:
 - ``GET /v1/models`` — the ``models`` list.
 - anything else (e.g. ``POST /v1/responses``, the Responses API) — 404 in OpenAI's error shape.
 
-Auth: ``Authorization: Bearer <api_key>`` (``api_key=None`` accepts any); a wrong key gets 401
-``invalid_api_key``.
+Auth: ``Authorization: Bearer <api_key>`` (``api_key=None`` accepts any; ``api_keys`` holds more
+accepted keys); a wrong key gets 401 ``invalid_api_key``.
 
-Faults: ``fault = "http_<status>"`` answers every completion with that status and OpenAI's error
-envelope ``{"error": {"message", "type", "param", "code"}}``; ``fail_when`` (default ``FAIL``) does
-the same with 500 ``fake upstream failure`` for a request whose last user message contains it;
-``fault = "stall"`` sends the headers and the first token, then nothing.
+Scripted answers: ``script`` is a list of steps, one consumed per completion request (the list
+shrinks as it is used); when it is empty the default behaviour above answers again.
+
+    llm.script = [ToolCalls([("get_weather", {"city": "Paris"})]), Say("It is sunny in Paris.")]
+
+- ``Say(text, usage=None, reasoning=None)`` — a text answer (streamed token by token), with this
+  usage instead of ``usage`` and ``reasoning_content`` deltas streamed before the text;
+- ``ToolCalls([(name, args), ...], text="")`` — one call per pair (several = parallel calls), ids
+  ``call_1``, ``call_2``, … counted over the fake's life; streamed like OpenAI: a first chunk per call
+  with its id, name and empty arguments, then the arguments JSON in two or more fragments;
+- ``Fail(status, code_or_message)`` — that status with OpenAI's error envelope: a code without
+  spaces (``context_length_exceeded``, ``insufficient_quota``, …) is sent as ``error.code`` with
+  OpenAI's message for it, anything else as ``error.message``.
+
+The contract-suite hooks every ``PlatformFake`` has: ``answer_tokens`` (when set, the default text
+answer streams exactly these tokens), ``token_delay``, ``include_usage`` (False: no usage anywhere),
+``reasoning`` (streams ``reasoning_content`` deltas before the default answer), ``api_keys``,
+``active_requests`` and the sticky ``fault`` (``FAULTS``): ``http_<status>`` (OpenAI's error
+envelope; any status), ``html_<status>`` (a proxy's page), ``invalid_json``, ``truncated`` (the
+connection drops mid-answer), ``error_event`` (an ``error`` document mid-stream), ``empty``,
+``non_utf8``, ``oversized`` (one line of ``oversized_bytes``), ``stall`` (the first token, then
+nothing), ``stall_before_headers``. ``fail_when`` (default ``FAIL``) answers 500 ``fake upstream
+failure`` for a request whose last user message contains it.
 
 Recorded: ``requests`` (every HTTP request, from the base class) and ``chat_requests`` (each
 completion request body, parsed).
@@ -36,12 +55,54 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
-from .http_server import FakeHTTPServer, Request, Response
+from .http_server import PlatformFake, Request, Response, fault_names
 
-__all__ = ["FakeOpenAI"]
+__all__ = ["FAULTS", "Fail", "FakeOpenAI", "Say", "ToolCalls"]
+
+#: every fault name the fake knows (``http_<status>`` / ``html_<status>`` take any status too)
+FAULTS: tuple[str, ...] = fault_names()
+MiB = 1024 * 1024
+
+#: OpenAI's messages for the error codes a ``Fail`` step may name
+_CODE_MESSAGES = {
+    "context_length_exceeded": "This model's maximum context length is 8192 tokens. However, your messages "
+                               "resulted in 9000 tokens. Please reduce the length of the messages.",
+    "insufficient_quota": "You exceeded your current quota, please check your plan and billing details.",
+    "invalid_api_key": "Incorrect API key provided.",
+    "model_not_found": "The model does not exist or you do not have access to it.",
+    "rate_limit_exceeded": "Rate limit reached for requests.",
+}
+
+
+@dataclass
+class Say:
+    """A scripted text answer."""
+
+    text: str
+    usage: dict[str, Any] | None = None
+    reasoning: str | None = None
+
+
+@dataclass
+class ToolCalls:
+    """A scripted answer calling these tools (name, arguments) — several at once are parallel calls."""
+
+    calls: list[tuple[str, dict[str, Any]]]
+    text: str = ""
+    usage: dict[str, Any] | None = None
+
+
+@dataclass
+class Fail:
+    """A scripted error answer: ``status`` with OpenAI's error envelope."""
+
+    status: int
+    code_or_message: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
 
 _ERRORS: dict[int, tuple[str, str]] = {
     400: ("invalid_request_error", "Invalid request."),
@@ -59,14 +120,26 @@ def _tokens(text: str) -> list[str]:
     return re.findall(r"\S+|\s+", text) or [""]
 
 
-class FakeOpenAI(FakeHTTPServer):
+class FakeOpenAI(PlatformFake):
     """OpenAI Chat Completions on 127.0.0.1; see the module docstring."""
 
     server_name = "fake-openai"
+    FAULTS: ClassVar[tuple[str, ...]] = FAULTS + ("stall_pings",)
+    stall_seconds = 3600.0
 
     def __init__(self, api_key: str | None = "sk-test", *, port: int = 0) -> None:
         super().__init__(port=port)
         self.api_key = api_key
+        self.api_keys: set[str] = set()
+        #: scripted steps (``Say`` / ``ToolCalls`` / ``Fail``), one per completion request
+        self.script: list[Say | ToolCalls | Fail | str] = []
+        #: when set, the default text answer streams exactly these tokens
+        self.answer_tokens: list[str] | None = None
+        self.include_usage = True
+        #: reasoning streamed as ``reasoning_content`` before the default answer
+        self.reasoning: str | None = None
+        self.oversized_bytes = 9 * MiB
+        self._call_counter = 0
         self.models = ["gpt-4o-mini", "gpt-4o"]
         self.reply = "Hello from the fake model."
         #: when set, computes the reply from the request body (overrides ``reply``)
@@ -99,18 +172,31 @@ class FakeOpenAI(FakeHTTPServer):
                 return str(content or "")
         return ""
 
-    async def _error(self, resp: Response, status: int, message: str | None = None) -> None:
+    async def _error(self, resp: Response, status: int, message: str | None = None, *, code: str | None = None,
+                     headers: Mapping[str, str] | None = None) -> None:
         etype, default = _ERRORS.get(status, ("server_error", "Error."))
-        code = "invalid_api_key" if status == 401 else None
-        await resp.json(status, {"error": {"message": message or default, "type": etype, "param": None, "code": code}})
+        code = code or ("invalid_api_key" if status == 401 else None)
+        await resp.json(status, {"error": {"message": message or default, "type": etype, "param": None, "code": code}},
+                        headers)
 
     async def not_found(self, req: Request, resp: Response) -> None:
         await self._error(resp, 404, f"Unknown request URL: {req.method} {req.path}.")
 
+    @PlatformFake.fault.setter  # type: ignore[attr-defined]
+    def fault(self, value: str | None) -> None:
+        kind, _, num = (value or "").partition("_")
+        if value is not None and value not in self.FAULTS and not (kind in ("http", "html") and num.isdigit()):
+            raise ValueError(f"unknown fault {value!r}; known: {', '.join(self.FAULTS)}")
+        self._fault = value
+
+    async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
+        await self._error(resp, status, headers=headers)
+
     def _authorized(self, req: Request) -> bool:
         if self.api_key is None:
             return True
-        return req.headers.get("authorization", "") == f"Bearer {self.api_key}"
+        given = req.headers.get("authorization", "")
+        return given == f"Bearer {self.api_key}" or given.removeprefix("Bearer ") in self.api_keys
 
     # -- routes --------------------------------------------------------------------------------
 
@@ -132,29 +218,96 @@ class FakeOpenAI(FakeHTTPServer):
             return
         self.chat_requests.append(body)
         fault = self.fault
-        if fault and fault.startswith("http_"):
-            await self._error(resp, int(fault[5:]))
+        if await self.head_fault(resp, fault):
             return
-        user = self.last_user_text(body)
-        if self.fail_when and self.fail_when in user:
+        stream = bool(body.get("stream"))
+        model = str(body.get("model") or self.models[0])
+        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        step = self.script.pop(0) if self.script else None
+        if isinstance(step, str):
+            step = Say(step)
+        if isinstance(step, Fail):
+            await self._fail(resp, step)
+            return
+        if step is None and self.fail_when and self.fail_when in self.last_user_text(body):
             await self._error(resp, 500, "fake upstream failure")
             return
-        model = str(body.get("model") or self.models[0])
-        tool = self._tool_call(body, user)
-        text = "" if tool else (self.responder(body) if self.responder else self.reply)
-        cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        if body.get("stream"):
-            await self._stream(resp, body, cid, model, text, tool, stall=fault == "stall")
-            return
-        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        answer = self._answer(body, step)
+        if stream:
+            await self._stream(resp, body, cid, model, answer, fault)
+        else:
+            await self._complete(resp, cid, model, answer, fault)
+
+    async def _fail(self, resp: Response, step: Fail) -> None:
+        text = step.code_or_message
+        if text and " " not in text:
+            await self._error(resp, step.status, _CODE_MESSAGES.get(text, text), code=text, headers=step.headers)
+        else:
+            await self._error(resp, step.status, text or None, headers=step.headers)
+
+    def _answer(self, body: dict[str, Any], step: Say | ToolCalls | None) -> dict[str, Any]:
+        """What to answer: text tokens, tool calls, reasoning, usage."""
+        if isinstance(step, Say):
+            return {"tokens": _tokens(step.text), "calls": [], "reasoning": step.reasoning,
+                    "usage": step.usage or dict(self.usage), "split": True}
+        if isinstance(step, ToolCalls):
+            calls = []
+            for name, args in step.calls:
+                self._call_counter += 1
+                calls.append({"id": f"call_{self._call_counter}", "type": "function",
+                              "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False)}})
+            return {"tokens": _tokens(step.text) if step.text else [], "calls": calls, "reasoning": None,
+                    "usage": step.usage or dict(self.usage), "split": True}
+        tool = self._tool_call(body, self.last_user_text(body))
         if tool:
-            message["tool_calls"] = [tool]
-        await resp.json(200, {
+            tokens: list[str] = []
+        elif self.answer_tokens is not None and not self.responder:
+            tokens = list(self.answer_tokens)
+        else:
+            tokens = _tokens(self.responder(body) if self.responder else self.reply)
+        return {"tokens": tokens, "calls": [tool] if tool else [], "reasoning": self.reasoning,
+                "usage": dict(self.usage), "split": False}
+
+    async def _complete(self, resp: Response, cid: str, model: str, answer: dict[str, Any],
+                        fault: str | None) -> None:
+        """A non-streamed ``chat.completion`` (or the body fault)."""
+        text = "".join(answer["tokens"])
+        message: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if answer["reasoning"]:
+            message["reasoning_content"] = answer["reasoning"]
+        if answer["calls"]:
+            message["tool_calls"] = answer["calls"]
+        doc: dict[str, Any] = {
             "id": cid, "object": "chat.completion", "created": int(time.time()), "model": model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
-                         "finish_reason": "tool_calls" if tool else "stop"}],
-            "usage": dict(self.usage),
-        })
+                         "finish_reason": "tool_calls" if answer["calls"] else "stop"}],
+        }
+        if self.include_usage:
+            doc["usage"] = answer["usage"]
+        raw = json.dumps(doc, ensure_ascii=False).encode()
+        if fault == "invalid_json":
+            await resp.send(200, raw[: len(raw) // 2] + b"<not json", "application/json")
+        elif fault == "empty":
+            await resp.send(200, b"", "application/json")
+        elif fault == "non_utf8":
+            await resp.send(200, b'{"id": "' + bytes([0xFF, 0xFE, 0xC3]) + b'"}', "application/json")
+        elif fault == "oversized":
+            pad = json.dumps({**doc, "padding": "x" * self.oversized_bytes}).encode()
+            await resp.send(200, pad, "application/json")
+        elif fault == "error_event":
+            await resp.json(200, {"error": {"message": "The server had an error while processing your request.",
+                                            "type": "server_error", "param": None, "code": None}})
+        elif fault == "truncated":
+            await resp.send_head(200, {"Content-Type": "application/json", "Content-Length": str(len(raw))})
+            await resp.write_raw(raw[: len(raw) // 2])
+            await resp.abort()
+        elif fault in ("stall", "stall_pings"):
+            await resp.send_head(200, {"Content-Type": "application/json", "Content-Length": str(len(raw))})
+            await resp.write_raw(raw[:1])
+            await resp.stall(self.stall_seconds)
+            await resp.abort()
+        else:
+            await resp.send(200, raw, "application/json")
 
     def _tool_call(self, body: dict[str, Any], user: str) -> dict[str, Any] | None:
         tools = body.get("tools") or []
@@ -166,8 +319,8 @@ class FakeOpenAI(FakeHTTPServer):
         return {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                 "function": {"name": name, "arguments": json.dumps(self.tool_arguments)}}
 
-    async def _stream(self, resp: Response, body: dict[str, Any], cid: str, model: str, text: str,
-                      tool: dict[str, Any] | None, *, stall: bool) -> None:
+    async def _stream(self, resp: Response, body: dict[str, Any], cid: str, model: str, answer: dict[str, Any],
+                      fault: str | None) -> None:
         created = int(time.time())
 
         def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
@@ -175,21 +328,62 @@ class FakeOpenAI(FakeHTTPServer):
                    "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **extra}
             return b"data: " + json.dumps(doc, ensure_ascii=False).encode() + b"\n\n"
 
-        await resp.start_stream(200, "text/event-stream; charset=utf-8")
+        connection = {"Connection": "close"} if fault in ("empty", "truncated") else None
+        await resp.start_stream(200, "text/event-stream; charset=utf-8", connection)
+        if fault == "empty":
+            await resp.end()
+            return
         await resp.write(chunk({"role": "assistant", "content": ""}))
-        if tool:
-            await resp.write(chunk({"tool_calls": [{"index": 0, **tool}]}))
-        else:
-            for i, token in enumerate(_tokens(text)):
-                if i and self.token_delay and not await resp.stall(self.token_delay):
+        if fault == "oversized":
+            await resp.write(b"data: " + json.dumps({"padding": "x" * self.oversized_bytes}).encode() + b"\n\n")
+            await resp.end()
+            return
+        pieces = [{"reasoning_content": t} for t in _tokens(answer["reasoning"])] if answer["reasoning"] else []
+        pieces += [{"content": t} for t in answer["tokens"]]
+        for n, call in enumerate(answer["calls"]):
+            if not answer["split"]:  # the default tool answer: the whole call in one chunk
+                pieces.append({"tool_calls": [{"index": n, **call}]})
+                continue
+            pieces.append({"tool_calls": [{"index": n, "id": call["id"], "type": "function",
+                                           "function": {"name": call["function"]["name"], "arguments": ""}}]})
+            args = call["function"]["arguments"]
+            cut = max(1, len(args) // 2)
+            for part in (args[:cut], args[cut:]):
+                pieces.append({"tool_calls": [{"index": n, "function": {"arguments": part}}]})
+        for i, delta in enumerate(pieces):
+            if i and self.token_delay and not await resp.stall(self.token_delay):
+                return
+            await resp.write(chunk(delta))
+            if i == 0 and fault in ("stall", "stall_pings", "invalid_json", "non_utf8", "error_event", "truncated"):
+                if await self._stream_fault(resp, fault):
                     return
-                await resp.write(chunk({"content": token}))
-                if stall and not await resp.stall(3600):
-                    return
-        await resp.write(chunk({}, "tool_calls" if tool else "stop"))
-        if (body.get("stream_options") or {}).get("include_usage"):
+        await resp.write(chunk({}, "tool_calls" if answer["calls"] else "stop"))
+        if self.include_usage and (body.get("stream_options") or {}).get("include_usage"):
             doc = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [],
-                   "usage": dict(self.usage)}
+                   "usage": answer["usage"]}
             await resp.write(b"data: " + json.dumps(doc).encode() + b"\n\n")
         await resp.write(b"data: [DONE]\n\n")
         await resp.end()
+
+    async def _stream_fault(self, resp: Response, fault: str) -> bool:
+        """A fault after the first streamed piece; True when the stream is over."""
+        if fault in ("stall", "stall_pings"):
+            while fault == "stall_pings":
+                if not await resp.stall(0.25):
+                    return True
+                await resp.write(b": keep-alive\n\n")
+            await resp.stall(self.stall_seconds)
+            return True
+        if fault == "invalid_json":
+            await resp.write(b"data: {\"choices\": [{\"delta\": <not json\n\n")
+        elif fault == "non_utf8":
+            await resp.write(b'data: {"choices": [{"index": 0, "delta": {"content": "\xff\xfe\xc3"}}]}\n\n')
+        elif fault == "error_event":
+            await resp.write(b"data: " + json.dumps({"error": {
+                "message": "The server had an error while processing your request.", "type": "server_error",
+                "param": None, "code": None}}).encode() + b"\n\n")
+        elif fault == "truncated":
+            await resp.abort()
+            return True
+        await resp.end()
+        return True
