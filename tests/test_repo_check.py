@@ -71,10 +71,17 @@ class Key:
             return None if t.startswith(LIST_PREFIXES) else f"type {t!r}, expected a list type"
         if self.kind == "dict":
             return None if t in DICT else f"type {t!r}, expected json/object"
+        if self.kind == "model":  # {primary, fallbacks, reasoning} (or an id)
+            return None if t == "model-fallback-selector" else f"type {t!r}, expected model-fallback-selector"
+        if self.kind == "model-id":  # a model uuid string
+            ok = t in PLAIN_STR or t in ("select", "llm-model-selector", "embedding-model-selector",
+                                         "rerank-model-selector")
+            return None if ok else f"type {t!r} does not take the migrated model id"
         raise AssertionError(self.kind)
 
 
 S, FREE, B, N, INTEGER, L, D = Key("str"), Key("free"), Key("bool"), Key("number"), Key("int"), Key("list"), Key("dict")
+MODEL, MODEL_ID = Key("model"), Key("model-id")
 
 
 def sel(*options: str) -> Key:
@@ -118,6 +125,14 @@ MIGRATION_KEYS: dict[str, dict[str, Key]] = {
         "base-url": S, "api-key": S, "app-type": sel("chat", "agent"), "agent-id": FREE,
         "knowledge-base-ids": L, "web-search-enabled": B, "timeout": N, "base-prompt": S, "advanced-settings": B,
     },
+    "LocalAgent": {
+        "model": MODEL, "prompt": L, "box-session-id-template": S, "rerank-model": MODEL_ID,
+        "rerank-top-k": INTEGER, "retrieval-top-k": INTEGER, "timeout": N, "advanced-settings": B,
+        "date-grounding": B, "max-tool-iterations": INTEGER, "tool-execution-mode": sel("serial", "parallel"),
+        "max-tool-result-chars": INTEGER, "context-history-fetch-limit": INTEGER, "context-window-tokens": INTEGER,
+        "context-reserve-tokens": INTEGER, "context-keep-recent-tokens": INTEGER, "context-summary-tokens": INTEGER,
+        "remove-think": B,
+    },
     "ACPAgent": {},
     "ACPRunner": {},  # LangBot 4.11.2's migration has no legacy ACP runner (host-contract.md §5.2)
     "ClaudeCodeAgent": {},
@@ -125,8 +140,11 @@ MIGRATION_KEYS: dict[str, dict[str, Key]] = {
     "LicosAgent": {},
 }
 
-# host fields the migration adds to every external target; they need no schema entry
-HOST_FIELDS = {"enable-all-tools", "tools", "knowledge-bases", "mcp-resources", "mcp-resource-agent-read-enabled"}
+# host fields the migration adds to every target; they need no schema entry, but a plugin that
+# declares one is checked by its declared type (LangBot's _verify_runtime looks the schema up first)
+HOST_FIELD_KEYS: dict[str, Key] = {"enable-all-tools": B, "tools": L, "knowledge-bases": L, "mcp-resources": L,
+                                   "mcp-resource-agent-read-enabled": B}
+HOST_FIELDS = set(HOST_FIELD_KEYS)
 
 # import name -> distribution name where they differ
 IMPORT_TO_DIST = {"yaml": "pyyaml", "langbot_plugin": "langbot-plugin", "acp": "agent-client-protocol"}
@@ -220,6 +238,9 @@ def test_migration_keys_declared(info: PluginInfo) -> None:
             problems.append(f"{key}: not declared")
         elif (p := spec.problem(items[key])) is not None:
             problems.append(f"{key}: {p}")
+    for key, spec in HOST_FIELD_KEYS.items():
+        if expected and key in items and (p := spec.problem(items[key])) is not None:
+            problems.append(f"{key} (a host field the migration always writes): {p}")
     if expected:  # a migrated config must satisfy every required field without a default
         for name, item in items.items():
             if item.get("required") and item.get("default") is None and name not in set(expected) | HOST_FIELDS:

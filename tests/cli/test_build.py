@@ -36,7 +36,12 @@ DEAD_END_CONFIG: dict[str, dict[str, Any]] = {
                   "api-key": "sk-isolation-test", "langbot-tools": False},
     "CodexAgent": {"executable": str(FAKE_CLI / "fake_codex.py"), "advanced-settings": True, "max-retries": 0,
                    "langbot-tools": False},
+    # LangBot's own model, whose provider cannot be reached (the isolated host grants it, counts
+    # tokens, and answers the model call the way LangBot does when its provider is down)
+    "LocalAgent": {"model": {"primary": "iso-model", "fallbacks": [], "reasoning": {}}},
 }
+# models the isolated host grants (and whose calls it answers with LangBot's "Connection failed")
+DEAD_END_MODELS: dict[str, list[str]] = {"LocalAgent": ["iso-model"]}
 
 # Runs inside a fresh `python -I -S`: only the stdlib, the unpacked package (added by the SDK
 # loader while it imports, exactly like the plugin runtime) and the installed requirements.
@@ -44,6 +49,7 @@ ISOLATED_SCRIPT = r"""
 import asyncio, importlib.util, json, os, sys, time, uuid
 
 mode, unpacked, site_dirs, repo_root, config = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), sys.argv[4], json.loads(sys.argv[5])
+models = json.loads(sys.argv[6]) if len(sys.argv) > 6 else []
 real = os.path.realpath
 sys.path[:] = [p for p in sys.path if p and real(p) != real(repo_root)] + site_dirs
 os.chdir(unpacked)
@@ -90,7 +96,21 @@ class Handler:
             return {"success": True}
         if name == "state_list":
             return {"keys": [], "has_more": False}
+        if name == "count_tokens":
+            return {"tokens": 1}
+        if name == "invoke_llm":
+            raise self.unreachable()
         return {}
+
+    async def call_action_generator(self, action, data, timeout=15.0):
+        self.calls.append(getattr(action, "value", action))
+        raise self.unreachable()
+        yield {}
+
+    @staticmethod
+    def unreachable():
+        from langbot_plugin.entities.io.errors import ActionCallError
+        return ActionCallError("RequesterError: Model request failed: Connection failed")
 
 async def main():
     plugin = plugin_cls()
@@ -109,7 +129,8 @@ async def main():
         "actor": {"actor_type": "user", "actor_id": "iso-user"},
         "input": {"text": "hello", "contents": [{"type": "text", "text": "hello"}], "attachments": []},
         "delivery": {"surface": "platform", "supports_streaming": True},
-        "resources": {},
+        "resources": {"models": [{"model_id": m, "model_type": "llm",
+                                  "operations": ["invoke", "stream", "count_tokens"]} for m in models]},
         "context": {"conversation_id": "iso-conv"},
         "state": {"conversation": {}, "actor": {}, "subject": {}, "runner": {}},
         "runtime": {"deadline_at": now + 30},
@@ -149,10 +170,11 @@ def _dead_end_config(info: PluginInfo, root_url: str) -> dict[str, Any]:
     return cfg
 
 
-def _run_isolated(mode: str, unpacked: Path, config: dict[str, Any] | None = None) -> dict[str, Any]:
+def _run_isolated(mode: str, unpacked: Path, config: dict[str, Any] | None = None,
+                  models: list[str] | None = None) -> dict[str, Any]:
     proc = subprocess.run(
         [sys.executable, "-I", "-S", "-c", ISOLATED_SCRIPT, mode, str(unpacked), json.dumps(_site_dirs()),
-         str(ROOT), json.dumps(config or {})],
+         str(ROOT), json.dumps(config or {}), json.dumps(models or [])],
         capture_output=True,
         text=True,
         timeout=60,
@@ -213,7 +235,7 @@ def test_package_contents(built: dict[str, Path], info: PluginInfo) -> None:
 def test_package_runs_in_isolation(built: dict[str, Path], info: PluginInfo, tmp_path: Path) -> None:
     unpacked = _unpack(built[info.dirname], tmp_path / "unpacked").resolve()
     root_url = f"http://127.0.0.1:{closed_port()}"
-    out = _run_isolated("run", unpacked, _dead_end_config(info, root_url))
+    out = _run_isolated("run", unpacked, _dead_end_config(info, root_url), DEAD_END_MODELS.get(info.name))
 
     assert str(ROOT) not in out["sys_path"]
     assert not out["repo_importable"], "the repository is importable inside the isolated interpreter"

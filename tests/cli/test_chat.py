@@ -4,6 +4,7 @@ reports failures on stderr, and never prints the API key."""
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import socket
 import subprocess
@@ -281,3 +282,122 @@ def test_interactive_chat_sends_lines_typed_during_a_turn_to_that_turn(tmp_path:
               state_path=tmp_path / "s.sqlite", out=out, err=err)
     assert rc == 0, err.getvalue()
     assert out.getvalue().splitlines() == ["reply 0: first", "reply 1: meanwhile", "reply 0: later"]
+
+
+# --- runners chat local-agent: the local host's own model and demo tools ---------------------------
+
+LLM_KEY = "sk-local-llm-secret-51"
+
+
+def _chat_env(*args: str, env: dict[str, str], cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    return subprocess.run([*_runners(), "chat", *args], capture_output=True, text=True, timeout=60, cwd=str(cwd),
+                          env={**clean, **env})
+
+
+@pytest.fixture
+def local_llm():
+    if not (ROOT / "local-agent" / "manifest.yaml").exists():
+        pytest.skip("local-agent/ is not in the tree yet (written concurrently)")
+    from tests.fakes.openai import FakeOpenAI
+
+    with FakeOpenAI(api_key=LLM_KEY) as srv:
+        srv.token_delay = 0.0
+        yield srv
+
+
+def _texts(body: dict) -> list[str]:
+    out = []
+    for m in body["messages"]:
+        content = m.get("content")
+        out.append(content if isinstance(content, str) else " ".join(p.get("text", "") for p in content or []))
+    return out
+
+
+def test_chat_local_agent_runs_a_tool_and_the_next_process_remembers(local_llm, tmp_path: Path) -> None:
+    from tests.fakes.openai import Say, ToolCalls
+
+    local_llm.script = [ToolCalls([("calculate", {"expression": "(17 + 4) * 3"})]), Say("It is 63."),
+                        Say("You asked what (17 + 4) * 3 is.")]
+    state = tmp_path / "chat.sqlite"
+    flags = ["local-agent", "--llm-base-url", local_llm.base_url, "--llm-api-key", LLM_KEY,
+             "--llm-model", "gpt-fake", "--state", str(state)]
+
+    first = _chat_env(*flags, "-m", "What is (17 + 4) * 3?", env={})
+    assert first.returncode == 0, first.stderr
+    assert "It is 63." in first.stdout and "[tool] calculate" in first.stderr
+    asked, answered_tool = local_llm.chat_requests[:2]
+    assert asked["model"] == "gpt-fake"
+    assert {t["function"]["name"] for t in asked["tools"]} == {"calculate", "current_time"}
+    tool_results = [m for m in answered_tool["messages"] if m["role"] == "tool"]
+    assert len(tool_results) == 1 and "63" in tool_results[0]["content"]  # the host ran the calculator
+
+    second = _chat_env(*flags, "-m", "What did I ask you?", env={})
+    assert second.returncode == 0, second.stderr
+    assert "You asked what (17 + 4) * 3 is." in second.stdout
+    seen = _texts(local_llm.chat_requests[-1])
+    assert any("What is (17 + 4) * 3?" in t for t in seen) and any("It is 63." in t for t in seen)
+    assert "What did I ask you?" in seen[-1]
+    for proc in (first, second):
+        assert LLM_KEY not in proc.stdout and LLM_KEY not in proc.stderr
+    assert all(r.headers.get("authorization") == f"Bearer {LLM_KEY}" for r in local_llm.requests)
+
+
+def test_chat_local_agent_takes_the_endpoint_from_the_environment(local_llm, tmp_path: Path) -> None:
+    local_llm.reply = "Hello from the environment."
+    proc = _chat_env("local-agent", "-m", "hi", "--state", str(tmp_path / "s.sqlite"),
+                     env={"OPENAI_BASE_URL": local_llm.base_url, "OPENAI_API_KEY": LLM_KEY,
+                          "OPENAI_MODEL": "env-model"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "Hello from the environment."
+    assert local_llm.chat_requests[-1]["model"] == "env-model"
+
+
+def test_chat_local_agent_without_an_endpoint_names_the_flags(tmp_path: Path) -> None:
+    if not (ROOT / "local-agent" / "manifest.yaml").exists():
+        pytest.skip("local-agent/ is not in the tree yet (written concurrently)")
+    proc = _chat_env("local-agent", "-m", "hi", "--state", str(tmp_path / "s.sqlite"), env={})
+    assert proc.returncode == 2
+    assert "--llm-base-url" in proc.stderr and "--llm-model" in proc.stderr and "OPENAI_BASE_URL" in proc.stderr
+    proc = _chat_env("local-agent", "-m", "hi", "--state", str(tmp_path / "s.sqlite"),
+                     env={"OPENAI_BASE_URL": "http://127.0.0.1:9/v1"})
+    assert proc.returncode == 2 and "--llm-model" in proc.stderr and "--llm-base-url" not in proc.stderr
+
+
+def test_demo_calculator_does_arithmetic_only() -> None:
+    from runners_cli.chat import calculate, demo_tools
+
+    assert calculate("2 * (3 + 4)") == 14 and calculate("-2 ** 3") == -8 and calculate("7 // 2 + 7 % 2") == 4
+    assert calculate("1 / 4") == 0.25
+    for bad in ("__import__('os').system('true')", "open('x')", "a + 1", "[1, 2]", "2 ** 10000", "1 / 0", "",
+                "True + 1", "9" * 300):
+        with pytest.raises(ValueError):
+            calculate(bad)
+    assert [t.name for t in demo_tools()] == ["current_time", "calculate"]
+
+
+def test_chat_local_agent_compacts_a_long_conversation(local_llm, tmp_path: Path) -> None:
+    import json
+
+    summary = "Summary: the user sent numbered filler messages."
+
+    def answer(body: dict) -> str:
+        asked = json.dumps(body["messages"][:1]) + local_llm.last_user_text(body)
+        return summary if "ummar" in asked else "Noted. " + "blah " * 60
+
+    local_llm.responder = answer
+    turns = "".join(f"message number {i} " + "filler words " * 30 + "\n" for i in range(8))
+    proc = subprocess.run(
+        [*_runners(), "chat", "local-agent", "--llm-base-url", local_llm.base_url, "--llm-api-key", LLM_KEY,
+         "--llm-model", "gpt-fake", "--state", str(tmp_path / "s.sqlite"),
+         "--set", "context-window-tokens=1400", "--set", "context-reserve-tokens=200",
+         "--set", "context-keep-recent-tokens=300", "--set", "context-summary-tokens=256"],
+        input=turns, capture_output=True, text=True, timeout=120, cwd=str(ROOT),
+        env={k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")})
+    assert proc.returncode == 0, proc.stderr
+    sizes = [len(body["messages"]) for body in local_llm.chat_requests]
+    summarised = [i for i, body in enumerate(local_llm.chat_requests) if summary in json.dumps(body["messages"])]
+    assert summarised, "no request carried the summary"
+    first = summarised[0]
+    assert sizes[first] < max(sizes[:first])  # older turns were replaced by the summary
+    assert proc.stdout.count("Noted.") == 8  # every turn was still answered

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from runners_cli.host import LocalHost
 
 # fault name -> (code, retryable) shared by every HTTP platform; a case overrides where its
 # platform says otherwise.
@@ -111,6 +114,10 @@ class PluginCase:
     # seconds a run needs before its first upstream request (a coding agent starts its CLI), added
     # to the short deadlines of the fault and timeout cells so a busy machine does not fail them
     startup: float = 0.0
+    # -- runners on LangBot's own resources --
+    # register on the test's local host what the runner's config selects (models, tools, knowledge
+    # bases served from the fake); the ``host`` fixture then also starts the fake (``server``)
+    prepare_host: Callable[[Any, LocalHost], None] | None = None
 
     def __post_init__(self) -> None:
         if self.secrets is None:
@@ -187,6 +194,7 @@ PLUGIN_CASE_MODULES: dict[str, str] = {
     "deerflow-agent": "case_deerflow_agent",
     "langflow-agent": "case_langflow_agent",
     "licos-agent": "case_licos_agent",
+    "local-agent": "case_local_agent",
     "n8n-agent": "case_n8n_agent",
     "tbox-agent": "case_tbox_agent",
     "weknora-agent": "case_weknora_agent",

@@ -23,10 +23,13 @@ def server(case):
 
 
 @pytest.fixture
-def host(case):
+def host(case, request):
     from runners_cli.plugins import find
 
-    return LocalHost(runner_id=find(case.plugin).runner_id)
+    local = LocalHost(runner_id=find(case.plugin).runner_id)
+    if case.prepare_host is not None:
+        case.prepare_host(request.getfixturevalue("server"), local)
+    return local
 
 
 @pytest.fixture(autouse=True)
