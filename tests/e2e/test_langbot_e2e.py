@@ -1,13 +1,9 @@
 """End to end against the real LangBot 4.11.2 host (opt-in: ``RUN_SLOW=1``).
 
-What runs, all on 127.0.0.1 with ports picked at run time:
-
-- LangBot 4.11.2 from a venv outside the repository, cached between runs
-  (``$LANGBOT_E2E_VENV``, default ``~/.cache/langbot-agent-runners/langbot-4.11.2-venv``);
-- the plugin runtime (``lbp rt``) through ``loopback_runtime.py``, which keeps its websocket
-  servers on loopback;
-- the DifyAgent package built from this repository and installed through the host's HTTP API;
-- ``FakeDify`` (tests/fakes) as the upstream.
+What runs, all on 127.0.0.1 with ports picked at run time: the session's LangBot 4.11.2 and its
+plugin runtime (``harness.py``, fixture ``langbot`` in ``conftest.py``), the DifyAgent package
+built from this repository and installed through the host's HTTP API, and ``FakeDify``
+(tests/fakes) as the upstream.
 
 The tests drive the agent debug API (two turns sharing one Dify conversation, an upstream auth
 failure), chat with API-made pipelines over the WebUI websocket to check what a user sees when a
@@ -20,526 +16,54 @@ Follow-ups: a test-only multi-turn runner (``steer_probe/``) and the coding agen
 Codex, each with its scripted CLI and, when npm can install it, the real CLI, over the fake model API)
 are sent a second websocket message while they answer; the host claims it for the running run and
 the chat shows one reply per turn, with no ``steering.dropped`` in the run's journal.
-
-The first run installs LangBot (about 2 minutes, ~1.6 GB); later runs reuse the venv.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
 import json
 import os
 import re
-import secrets
-import shutil
-import signal
-import socket
-import sqlite3
-import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
-from runners_cli.build import build_plugin
 from runners_cli.plugins import PluginInfo, find, load_plugin
+from tests.e2e.harness import (
+    Host,
+    LegacyMigration,
+    assert_failure_explained,
+    assert_partial_answer_kept,
+    is_host_notice,
+    recorded_failure,
+    run_inputs,
+    say,
+    wait_for,
+    ws_chat,
+    ws_conversation,
+)
 from tests.fakes.dify import FakeDify
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
-LANGBOT_VERSION = "4.11.2"
-# SQLAlchemy 2.1 breaks the host's TenantUnitOfWork upserts (host-contract.md section 6)
-REQUIREMENTS = (f"langbot=={LANGBOT_VERSION}", "sqlalchemy[asyncio]>=2.0.40,<2.1")
-DEFAULT_VENV = f"~/.cache/langbot-agent-runners/langbot-{LANGBOT_VERSION}-venv"
-MARKER = ".langbot-e2e-ready"
-# frozen from a working install, so a new release of one of LangBot's dependencies cannot break
-# the e2e run the way SQLAlchemy 2.1 did (host-contract.md section 6)
-CONSTRAINTS = Path(__file__).with_name(f"langbot-{LANGBOT_VERSION}-constraints.txt")
-LOOPBACK = "127.0.0.1"
-LAUNCHER = Path(__file__).with_name("loopback_runtime.py")
 
 PLUGIN = find("dify-agent")
 RUNNER_ID = PLUGIN.runner_id  # plugin:langbot-team/DifyAgent/default
 API_KEY = "app-e2e-" + "k3y" * 8  # must never come back in a host response
-# agent_run.status values that end a run (run_ledger_store.py TERMINAL_STATUSES)
-RUN_TERMINAL = {"completed", "failed", "cancelled", "timeout"}
-# what LangBot 4.11.2 itself puts in the chat when a runner fails (pipeline/process/handlers/chat.py)
-HOST_FAILURE_NOTICES = ("Agent runner execution failed.", "Agent runner temporarily unavailable. Please try again.",
-                        "Request failed.")
-HOST_FIELDS = {"enable-all-tools", "tools", "knowledge-bases", "mcp-resources", "mcp-resource-agent-read-enabled"}
-
-INSTALL_TIMEOUT = 900.0
-START_TIMEOUT = 120.0
-PLUGIN_TIMEOUT = 300.0
-
-_T0 = time.monotonic()
-
-
-def say(msg: str) -> None:
-    print(f"[e2e {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-
-def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.5,
-              alive: Callable[[], None] | None = None) -> Any:
-    """Poll ``probe`` until it returns something truthy; ``alive`` raises when a process died."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        if alive is not None:
-            alive()
-        try:
-            result = probe()
-        except (httpx.HTTPError, OSError, KeyError, ValueError) as exc:
-            last_error = exc
-        else:
-            if result:
-                return result
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}" +
-                       (f" (last error: {type(last_error).__name__}: {last_error})" if last_error else ""))
-
-
-# --- the cached LangBot venv --------------------------------------------------------------------
-
-
-def _venv_dir() -> Path:
-    return Path(os.environ.get("LANGBOT_E2E_VENV") or DEFAULT_VENV).expanduser().resolve()
-
-
-def _marker_text() -> str:
-    pins = hashlib.sha256(CONSTRAINTS.read_bytes()).hexdigest()
-    return json.dumps({"requirements": list(REQUIREMENTS), "constraints": pins}, sort_keys=True)
-
-
-def _venv_ready(venv: Path) -> bool:
-    marker = venv / MARKER
-    return (
-        (venv / "bin" / "langbot").is_file()
-        and (venv / "bin" / "lbp").is_file()
-        and marker.is_file()
-        and marker.read_text(encoding="utf-8") == _marker_text()
-    )
-
-
-def provide_venv() -> Path:
-    """The LangBot venv: reused when a previous install finished, otherwise (re)created."""
-    venv = _venv_dir()
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another test run may be installing right now
-        if _venv_ready(venv):
-            say(f"reusing LangBot {LANGBOT_VERSION} venv at {venv}")
-            return venv
-        if venv.exists():
-            if not (venv / "pyvenv.cfg").is_file():
-                pytest.fail(f"{venv} exists and is not a venv; remove it or point LANGBOT_E2E_VENV elsewhere")
-            say(f"removing the unfinished venv at {venv}")
-            shutil.rmtree(venv)
-        log = venv.parent / f"{venv.name}-install.log"
-        say(f"installing LangBot {LANGBOT_VERSION} into {venv} (first run only, about 2 minutes); log: {log}")
-        started = time.monotonic()
-        python = shutil.which("python3") or sys.executable
-        with open(log, "w") as out:
-            subprocess.run([python, "-m", "venv", str(venv)], check=True, stdout=out, stderr=subprocess.STDOUT)
-            proc = subprocess.Popen(
-                [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-c", str(CONSTRAINTS),
-                 *REQUIREMENTS],
-                stdout=out, stderr=subprocess.STDOUT, env=_clean_env(venv),
-            )
-            try:
-                while True:
-                    try:
-                        proc.wait(timeout=15)
-                        break
-                    except subprocess.TimeoutExpired:
-                        if time.monotonic() - started > INSTALL_TIMEOUT:
-                            proc.kill()
-                            proc.wait()
-                            pytest.fail(f"pip install timed out after {INSTALL_TIMEOUT:.0f}s; see {log}")
-                        say(f"  still installing ({time.monotonic() - started:.0f}s)")
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
-        if proc.returncode != 0:
-            pytest.fail(f"pip install failed (exit {proc.returncode}):\n{_tail(log, 30)}")
-        check = subprocess.run(
-            [str(venv / "bin" / "python"), "-c",
-             "import importlib.metadata as m; print(m.version('langbot'), m.version('sqlalchemy'))"],
-            capture_output=True, text=True, env=_clean_env(venv),
-        )
-        versions = check.stdout.split()
-        if check.returncode != 0 or len(versions) != 2 or versions[0] != LANGBOT_VERSION or not versions[1].startswith("2.0."):
-            pytest.fail(f"the LangBot venv is not as expected: {check.stdout.strip()} {check.stderr.strip()[-500:]}")
-        (venv / MARKER).write_text(_marker_text(), encoding="utf-8")
-        say(f"installed langbot {versions[0]}, sqlalchemy {versions[1]} in {time.monotonic() - started:.0f}s")
-        return venv
-
-
-def _clean_env(venv: Path, **extra: str) -> dict[str, str]:
-    """The environment for LangBot's processes: their venv first, nothing from the test's venv."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "UV_PROJECT_ENVIRONMENT")}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
-
-
-# --- processes ------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        return f"<cannot read {path}: {exc}>"
-    return "\n".join(text.splitlines()[-lines:])
-
-
-def _proc_table() -> dict[int, tuple[int, str]]:
-    """pid -> (ppid, start time) from /proc (empty where there is no /proc)."""
-    table = {}
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        table[int(entry.name)] = (int(fields[1]), fields[19])
-    return table
-
-
-def _descendants(pid: int) -> dict[int, str]:
-    """Every live descendant of ``pid`` with its start time (to never kill a recycled pid)."""
-    table = _proc_table()
-    children: dict[int, list[int]] = {}
-    for child, (parent, _) in table.items():
-        children.setdefault(parent, []).append(child)
-    found: dict[int, str] = {}
-    stack = [pid]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            if child not in found:
-                found[child] = table[child][1]
-                stack.append(child)
-    return found
-
-
-@dataclass
-class Proc:
-    name: str
-    popen: subprocess.Popen
-    log: Path
-
-    def check_alive(self) -> None:
-        if self.popen.poll() is not None:
-            raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{_tail(self.log, 40)}")
-
-    def stop(self, grace: float) -> None:
-        """SIGTERM the process group, SIGKILL it after ``grace``, then any descendant that escaped it."""
-        pid = self.popen.pid
-        escaped = _descendants(pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGTERM)
-        try:
-            self.popen.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGKILL)
-        self.popen.wait(timeout=30)
-        table = _proc_table()
-        for child, started in escaped.items():
-            if table.get(child, (None, None))[1] == started:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(child, signal.SIGKILL)
-
-
-# --- the host -------------------------------------------------------------------------------------
-
-
-@dataclass
-class Host:
-    venv: Path
-    root: Path
-    token: str = field(default_factory=lambda: secrets.token_hex(24))  # 48 chars, >= 32 required
-    procs: list[Proc] = field(default_factory=list)
-    ports: dict[str, int] = field(default_factory=dict)
-    client: httpx.Client | None = None
-    workspace: str = ""
-    user_token: str = ""
-    installed_version: str = ""
-
-    # -- lifecycle --
-
-    def start(self) -> None:
-        ports: set[int] = set()
-        while len(ports) < 3:
-            ports.add(free_port())
-        control, debug, api = sorted(ports)
-        self.ports = {"control": control, "debug": debug, "api": api}
-        env = _clean_env(self.venv, LANGBOT_PLUGIN_RUNTIME_CONTROL_TOKEN=self.token)
-
-        say(f"starting the plugin runtime on {LOOPBACK}:{control} (control) and :{debug} (debug)")
-        runtime = self._spawn(
-            "runtime",
-            [str(self.venv / "bin" / "python"), str(LAUNCHER),
-             "--ws-control-port", str(control), "--ws-debug-port", str(debug)],
-            env,
-        )
-        for port in (control, debug):
-            wait_for(f"the runtime health check on :{port}",
-                     lambda p=port: httpx.get(f"http://{LOOPBACK}:{p}/healthz", timeout=2).status_code == 200,
-                     START_TIMEOUT, alive=runtime.check_alive)
-
-        say(f"starting LangBot on {LOOPBACK}:{api}")
-        langbot = self._spawn(
-            "langbot",
-            [str(self.venv / "bin" / "langbot")],
-            {**env,
-             "PLUGIN__RUNTIME_WS_URL": f"ws://{LOOPBACK}:{control}/control/ws",
-             "API__PORT": str(api),
-             "API__HOST": LOOPBACK},
-        )
-        self.client = httpx.Client(base_url=f"http://{LOOPBACK}:{api}", timeout=60, trust_env=False)
-        wait_for("LangBot /healthz", lambda: self.client.get("/healthz", timeout=2).status_code == 200,
-                 START_TIMEOUT, alive=langbot.check_alive)
-        say("LangBot is up")
-
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> Proc:
-        cwd = self.root / name
-        cwd.mkdir()
-        log = self.root / f"{name}.log"
-        with open(log, "wb") as out:
-            popen = subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        proc = Proc(name, popen, log)
-        self.procs.append(proc)
-        return proc
-
-    def alive(self) -> None:
-        for proc in self.procs:
-            proc.check_alive()
-
-    def stop(self) -> None:
-        if self.client is not None:
-            self.client.close()
-        # LangBot first, so it does not reconnect to a dying runtime; the runtime takes its workers along
-        for proc in reversed(self.procs):
-            proc.stop(grace=2 if proc.name == "langbot" else 10)  # LangBot takes ~8 s to exit on SIGTERM
-        leftovers = [p for p in self.procs if p.popen.poll() is None]
-        busy = [port for port in self.ports.values() if not _port_free(port)]
-        if leftovers or busy:
-            raise RuntimeError(f"teardown left processes {[p.name for p in leftovers]} or busy ports {busy}")
-        say("stopped LangBot and the plugin runtime")
-
-    def dump_logs(self, lines: int = 60) -> None:
-        for proc in self.procs:
-            print(f"\n----- last {lines} lines of {proc.log} -----\n{_tail(proc.log, lines)}", file=sys.stderr)
-
-    @property
-    def db_path(self) -> Path:
-        return self.root / "langbot" / "data" / "langbot.db"
-
-    # -- API --
-
-    def api(self, method: str, path: str, *, ok: bool = True, **kwargs: Any) -> httpx.Response:
-        """A call with the account's headers; ``ok`` asserts HTTP 200 and ``code == 0``."""
-        assert self.client is not None
-        headers = {"Authorization": f"Bearer {self.user_token}", "X-Workspace-Id": self.workspace}
-        resp = self.client.request(method, path, headers=headers, **kwargs)
-        if ok:
-            assert resp.status_code == 200 and resp.json().get("code") == 0, \
-                f"{method} {path} -> {resp.status_code}: {resp.text[:2000]}"
-        return resp
-
-    def data(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self.api(method, path, **kwargs).json()["data"]
-
-    def login(self) -> None:
-        assert self.client is not None
-        account = {"user": "e2e@example.com", "password": "e2e-" + secrets.token_hex(8)}
-        resp = self.client.post("/api/v1/user/init", json=account)
-        assert resp.status_code == 200 and resp.json()["code"] == 0, resp.text
-        resp = self.client.post("/api/v1/user/auth", json=account)
-        assert resp.status_code == 200 and resp.json()["code"] == 0, resp.text
-        self.user_token = resp.json()["data"]["token"]
-        resp = self.client.get("/api/v1/workspaces", headers={"Authorization": f"Bearer {self.user_token}"})
-        workspaces = resp.json()["data"]["workspaces"]
-        assert len(workspaces) == 1, workspaces
-        self.workspace = workspaces[0]["uuid"]
-        # the plugin list needs the runtime connection, so this also waits for LangBot <-> runtime
-        wait_for("LangBot's connection to the plugin runtime",
-                 lambda: self.api("GET", "/api/v1/plugins", ok=False).json().get("code") == 0,
-                 START_TIMEOUT, alive=self.alive)
-        say(f"account ready, workspace {self.workspace}")
-
-    def wait_task(self, task_id: int, what: str, timeout: float) -> dict[str, Any]:
-        started = time.monotonic()
-        last_action = None
-
-        def done() -> dict[str, Any] | None:
-            nonlocal last_action
-            task = self.data("GET", f"/api/v1/system/tasks/{task_id}")
-            action = (task.get("task_context") or {}).get("current_action")
-            if action != last_action:
-                say(f"  {what}: {action} ({time.monotonic() - started:.0f}s)")
-                last_action = action
-            return task if task["runtime"]["done"] else None
-
-        task = wait_for(what, done, timeout, interval=1.0, alive=self.alive)
-        runtime = task["runtime"]
-        assert runtime["state"] == "FINISHED" and not runtime["exception"], \
-            f"{what} failed: {json.dumps(task)[:3000]}"
-        return task
-
-    def install_plugin(self, plugin: PluginInfo = PLUGIN) -> None:
-        out = self.root / "dist"
-        package = build_plugin(plugin, out, stage_root=self.root / "stage")
-        runner_id = plugin.runner_id
-        say(f"built {package.name}; installing it (the runtime checks its requirements and installs missing ones from PyPI)")
-        with open(package, "rb") as fh:
-            task_id = self.data("POST", "/api/v1/plugins/install/local",
-                                files={"file": (package.name, fh, "application/octet-stream")})["task_id"]
-        self.wait_task(task_id, "plugin install", PLUGIN_TIMEOUT)
-        wait_for(f"{runner_id} in the agent runner list", lambda: runner_id in self.runner_ids(),
-                 PLUGIN_TIMEOUT, interval=1.0, alive=self.alive)
-        plugins = self.data("GET", "/api/v1/plugins")["plugins"]
-        say(f"runner {runner_id} is available; plugins: {_plugin_names(plugins)}")
-
-    def runner_ids(self) -> list[str]:
-        """Runner ids offered for agents (the options of the ``id`` select in the runner stage)."""
-        meta = self.data("GET", "/api/v1/agents/_/metadata")
-        ids = []
-        for stage in meta["runner_config"]["stages"]:
-            for item in stage.get("config") or []:
-                if item.get("name") == "id":
-                    ids += [opt.get("name") for opt in item.get("options") or []]
-        return ids
-
-    def runner_stage(self) -> dict[str, Any]:
-        meta = self.data("GET", "/api/v1/agents/_/metadata")
-        return next(s for s in meta["runner_config"]["stages"] if s.get("name") == RUNNER_ID)
-
-    def create_agent(self, name: str, runner_config: dict[str, Any]) -> str:
-        body = {"name": name, "kind": "agent",
-                "config": {"runner": {"id": RUNNER_ID}, "runner_config": {RUNNER_ID: runner_config}}}
-        return self.data("POST", "/api/v1/agents", json=body)["uuid"]
-
-    def debug(self, agent: str, text: str, conversation_id: str) -> httpx.Response:
-        return self.api("POST", f"/api/v1/agents/{agent}/debug", ok=False,
-                        json={"text": text, "conversation_id": conversation_id})
-
-    def debug_stream(self, agent: str, text: str, conversation_id: str) -> list[dict[str, Any]]:
-        """``/debug/stream`` (what the WebUI's agent debug panel calls): its NDJSON frames."""
-        assert self.client is not None
-        headers = {"Authorization": f"Bearer {self.user_token}", "X-Workspace-Id": self.workspace}
-        frames = []
-        with self.client.stream("POST", f"/api/v1/agents/{agent}/debug/stream", headers=headers,
-                                json={"text": text, "conversation_id": conversation_id}) as resp:
-            assert resp.status_code == 200, resp.read()[:2000]
-            for line in resp.iter_lines():
-                if line.strip():
-                    frames.append(json.loads(line))
-        return frames
-
-    def create_pipeline(self, name: str, runner_config: dict[str, Any], runner_id: str = RUNNER_ID) -> str:
-        """A pipeline made through the API (the default template) bound to a plugin's runner."""
-        pipeline = self.data("POST", "/api/v1/pipelines", json={"name": name})["uuid"]
-        current = self.data("GET", f"/api/v1/pipelines/{pipeline}")["pipeline"]
-        config = current["config"]
-        config["ai"]["runner"] = {"id": runner_id, "expire-time": 0}
-        config["ai"]["runner_config"] = {runner_id: runner_config}
-        self.api("PUT", f"/api/v1/pipelines/{pipeline}",
-                 json={"name": name, "description": current.get("description") or "", "config": config})
-        return pipeline
-
-    def runs(self, conversation_id: str) -> list[dict[str, Any]]:
-        """The run ledger rows of one conversation, oldest first (the monitoring API gives no run id
-        for pipeline runs, so this reads the ``agent_run`` table)."""
-        with contextlib.closing(sqlite3.connect(self.db_path, timeout=30)) as db:
-            db.row_factory = sqlite3.Row
-            rows = db.execute("SELECT * FROM agent_run WHERE conversation_id = ? ORDER BY id",
-                              (conversation_id,)).fetchall()
-        return [dict(row) for row in rows]
-
-    def finished_run(self, conversation_id: str) -> dict[str, Any]:
-        """The conversation's only run, once the host has finalised it."""
-        def done() -> dict[str, Any] | None:
-            rows = self.runs(conversation_id)
-            assert len(rows) <= 1, f"more than one run for {conversation_id}: {rows}"
-            return rows[0] if rows and rows[0]["status"] in RUN_TERMINAL else None
-
-        return wait_for(f"the run of {conversation_id} to finish", done, 30, alive=self.alive)
-
-    def run_events(self, run_id: str) -> list[dict[str, Any]]:
-        return self.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "events"})["events"]
-
-
-def _plugin_names(plugins: list[dict[str, Any]]) -> list[str]:
-    names = []
-    for p in plugins:
-        meta = (p.get("manifest") or {}).get("manifest", {}).get("metadata") or p.get("metadata") or {}
-        names.append(f"{meta.get('author', '?')}/{meta.get('name', '?')} {meta.get('version', '')}".strip())
-    return names
-
-
-def _port_free(port: int) -> bool:
-    """Nothing listens on ``port`` (SO_REUSEADDR: leftover TIME_WAIT connections do not count)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((LOOPBACK, port))
-        except OSError:
-            return False
-    return True
 
 
 # --- fixtures ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Host]:
-    venv = provide_venv()
-    started = time.monotonic()
-    h = Host(venv, tmp_path_factory.mktemp("langbot-e2e"))
-    say(f"logs and data under {h.root}")
-    try:
-        h.start()
-        h.login()
-        h.install_plugin()
-    except BaseException:
-        h.dump_logs()
-        with contextlib.suppress(Exception):
-            h.stop()
-        raise
-    say(f"host ready in {time.monotonic() - started:.1f}s")
-    try:
-        yield h
-    finally:
-        h.stop()
-
-
-@pytest.fixture(autouse=True)
-def _logs_on_failure(request: pytest.FixtureRequest, host: Host) -> Iterator[None]:
-    yield
-    report = getattr(request.node, "e2e_report_call", None)
-    if report is not None and report.failed:
-        host.dump_logs()
+def host(langbot: Host) -> Host:
+    """The session's LangBot with DifyAgent installed."""
+    langbot.install_plugin(PLUGIN)
+    return langbot
 
 
 @pytest.fixture
@@ -552,152 +76,18 @@ def dify_config(srv: FakeDify, **extra: Any) -> dict[str, Any]:
     return {"base-url": srv.base_url, "api-key": API_KEY, "app-type": "chat", "timeout": 30, **extra}
 
 
-# --- the WebUI websocket chat and the run ledger ----------------------------------------------------
-
-
-@dataclass
-class Chat:
-    """One websocket turn: every frame the chat received after the message was sent, in order."""
-
-    connection_id: str
-    frames: list[dict[str, Any]]
-
-    @property
-    def conversation_id(self) -> str:
-        return f"person_websocket_{self.connection_id}"  # the host's conversation id for this connection
-
-    @property
-    def replies(self) -> list[dict[str, Any]]:
-        """The ``data`` of every ``response`` frame ({id, content, is_final, ...})."""
-        return [f["data"] for f in self.frames if f.get("type") == "response"]
-
-    def shown(self) -> list[dict[str, Any]]:
-        """The assistant messages as the chat shows them: a frame replaces the earlier ones with its id."""
-        latest: dict[Any, dict[str, Any]] = {}
-        for reply in self.replies:
-            latest.pop(reply.get("id"), None)  # keep the order of the latest update
-            latest[reply.get("id")] = reply
-        return list(latest.values())
-
-    def last_shown(self) -> dict[str, Any] | None:
-        shown = self.shown()
-        return shown[-1] if shown else None
-
-    def final(self) -> dict[str, Any] | None:
-        """The last frame that ends a message (``is_final``)."""
-        return next((r for r in reversed(self.replies) if r.get("is_final")), None)
-
-
-def ws_chat(host: Host, pipeline: str, text: str, *, stream: bool = True, timeout: float = 45,
-            settle: float = 2.0) -> Chat:
-    """Send ``text`` over the pipeline's WebUI websocket and collect the frames of the answer.
-
-    Reading stops ``settle`` seconds after the last frame once a final frame was seen (the host may
-    still send its own failure notice after the runner's last message), or at ``timeout``.
-    """
-    from websockets.sync.client import connect
-
-    api = host.ports["api"]
-    url = f"ws://{LOOPBACK}:{api}/api/v1/pipelines/{pipeline}/ws/connect?session_type=person"
-    frames: list[dict[str, Any]] = []
-    # the host needs an Origin header on the websocket handshake (host-contract.md section 6)
-    with connect(url, origin=f"http://{LOOPBACK}:{api}", proxy=None, open_timeout=15) as ws:
-        ws.send(json.dumps({"type": "authenticate", "token": host.user_token, "workspace_uuid": host.workspace}))
-        connected = json.loads(ws.recv(timeout=15))
-        assert connected.get("type") == "connected", connected
-        ws.send(json.dumps({"type": "message", "message": [{"type": "Plain", "text": text}], "stream": stream}))
-        deadline = time.monotonic() + timeout
-        final_seen = False
-        while time.monotonic() < deadline:
-            wait = deadline - time.monotonic()
-            try:
-                frame = json.loads(ws.recv(timeout=min(settle, wait) if final_seen else max(0.1, wait)))
-            except TimeoutError:
-                break
-            frames.append(frame)
-            if frame.get("type") == "response" and frame["data"].get("is_final"):
-                final_seen = True
-    return Chat(connected["connection_id"], frames)
-
-
-@dataclass
-class RecordedFailure:
-    status: str
-    code: str | None
-    retryable: bool | None
-    usage: dict[str, Any] | None
-
-
-def recorded_failure(host: Host, run: dict[str, Any]) -> RecordedFailure:
-    """The failure the run ledger holds for one run (an ``agent_run`` row).
-
-    Two shapes count. A run that ends in ``run.failed``: status ``failed``, code and ``retryable`` from
-    that event. Or a run that ends in ``run.completed`` with the failure code as its
-    ``finish_reason`` (the ledger's ``status_reason``) and ``retryable=<true|false>`` in a
-    ``processor.log`` line: LangBot 4.11.2 puts its own generic line in a pipeline chat whenever a run
-    ends in ``run.failed`` (over the runner's text when streaming; instead of it otherwise), so a
-    pipeline run that must leave its own text in the chat cannot end in ``run.failed``.
-    """
-    events = host.run_events(run["run_id"])
-    usage = json.loads(run["usage_json"]) if run.get("usage_json") else None
-    failed = [e for e in events if e["type"] == "run.failed"]
-    if failed:
-        data = failed[-1]["data"]
-        assert run["status"] == "failed", run
-        return RecordedFailure(run["status"], data.get("code"), data.get("retryable"), usage)
-    completed = [e for e in events if e["type"] == "run.completed"]
-    assert completed, f"the run ended in neither run.failed nor run.completed: {[e['type'] for e in events]}"
-    code = completed[-1]["data"].get("finish_reason")
-    assert run["status_reason"] == code, run
-    logs = " ".join(str((e.get("data") or {}).get("text", "")) for e in events if e["type"] == "processor.log")
-    found = re.search(r"retryable\W+(true|false)", logs, re.IGNORECASE)
-    return RecordedFailure(run["status"], code, found.group(1).lower() == "true" if found else None, usage)
-
-
-def _is_host_notice(text: str | None) -> bool:
-    return (text or "").strip() in HOST_FAILURE_NOTICES
-
-
-INCOMPLETE_WORDS = re.compile(r"incomplete|unfinished|not finished|cut off|interrupted", re.IGNORECASE)
-
-
-def assert_chat_ends_with_own_text(chat: Chat) -> str:
-    """The chat's last message is finished, and the host's generic failure line never showed."""
-    notices = [r for r in chat.replies if _is_host_notice(r.get("content"))]
-    assert not notices, f"the host's generic failure line reached the chat: {chat.replies}"
-    last = chat.last_shown()
-    assert last is not None, f"nothing was shown: {chat.frames}"
-    assert last["is_final"], f"the chat's last message never ended: {chat.replies}"
-    return last["content"]
-
-
-def assert_partial_answer_kept(chat: Chat, streamed: str) -> None:
-    """The last message holds the streamed text, then a note on its own line that it is incomplete."""
-    content = assert_chat_ends_with_own_text(chat)
-    assert streamed in content, f"the streamed text is gone from the final message: {content!r}"
-    after = content[content.index(streamed) + len(streamed):]
-    assert after.startswith("\n") and after.strip(), f"no note on its own line after the streamed text: {content!r}"
-    assert INCOMPLETE_WORDS.search(after), f"the note does not say the answer is incomplete: {after!r}"
-
-
-def assert_failure_explained(chat: Chat, must_name: str) -> None:
-    """One finished message explains the failure (naming ``must_name``) instead of the generic line."""
-    content = assert_chat_ends_with_own_text(chat)
-    assert must_name in content, f"the explanation does not name {must_name!r}: {content!r}"
-
-
 # --- tests ------------------------------------------------------------------------------------------
 
 
 def test_host_lists_the_runner_with_its_config_schema(host: Host) -> None:
     assert RUNNER_ID in host.runner_ids()
-    stage = host.runner_stage()
+    stage = host.runner_stage(RUNNER_ID)
     host_keys = [item["id"].removeprefix(RUNNER_ID + ".") for item in stage["config"]]
     assert host_keys == [item["name"] for item in PLUGIN.config_items]
 
 
 def test_agent_debug_answers_and_keeps_the_dify_conversation(host: Host, dify: FakeDify) -> None:
-    agent = host.create_agent("e2e-dify", dify_config(dify))
+    agent = host.create_agent("e2e-dify", dify_config(dify), RUNNER_ID)
     expected = "".join(dify.answer_tokens)
     conversation = f"e2e-conv-{uuid.uuid4().hex[:8]}"
 
@@ -735,7 +125,7 @@ def test_agent_debug_answers_and_keeps_the_dify_conversation(host: Host, dify: F
 
 
 def test_agent_debug_reports_upstream_auth_failure(host: Host, dify: FakeDify) -> None:
-    agent = host.create_agent("e2e-dify-401", dify_config(dify))
+    agent = host.create_agent("e2e-dify-401", dify_config(dify), RUNNER_ID)
     dify.fault = "http_401"
     resp = host.debug(agent, "hello", f"e2e-401-{uuid.uuid4().hex[:8]}")
     assert resp.status_code == 422, resp.text
@@ -755,7 +145,7 @@ def test_agent_debug_reports_upstream_auth_failure(host: Host, dify: FakeDify) -
 def test_pipeline_chat_keeps_a_partial_answer_with_an_incomplete_note(host: Host, dify: FakeDify, stream: bool) -> None:
     dify.fault = "stall"  # the first token, then nothing (tests/fakes/dify.py _after_first)
     config = dify_config(dify, timeout=6, **{"advanced-settings": True, "idle-timeout": 2})
-    pipeline = host.create_pipeline(f"e2e-stall-{uuid.uuid4().hex[:6]}", config)
+    pipeline = host.create_pipeline(f"e2e-stall-{uuid.uuid4().hex[:6]}", config, RUNNER_ID)
     started = time.monotonic()
     chat = ws_chat(host, pipeline, "hello", stream=stream)
     elapsed = time.monotonic() - started
@@ -771,7 +161,8 @@ def test_pipeline_chat_keeps_a_partial_answer_with_an_incomplete_note(host: Host
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_pipeline_chat_explains_a_missing_api_key(host: Host, dify: FakeDify, stream: bool) -> None:
     # the WebUI and the API both let an owner save the pipeline with the key left empty
-    pipeline = host.create_pipeline(f"e2e-nokey-{uuid.uuid4().hex[:6]}", dify_config(dify, **{"api-key": ""}))
+    pipeline = host.create_pipeline(f"e2e-nokey-{uuid.uuid4().hex[:6]}", dify_config(dify, **{"api-key": ""}),
+                                    RUNNER_ID)
     chat = ws_chat(host, pipeline, "hello", stream=stream)
 
     assert_failure_explained(chat, must_name="api-key")
@@ -782,7 +173,7 @@ def test_pipeline_chat_explains_a_missing_api_key(host: Host, dify: FakeDify, st
 
 
 def test_agent_debug_explains_a_missing_api_key(host: Host, dify: FakeDify) -> None:
-    agent = host.create_agent("e2e-dify-nokey", dify_config(dify, **{"api-key": ""}))
+    agent = host.create_agent("e2e-dify-nokey", dify_config(dify, **{"api-key": ""}), RUNNER_ID)
 
     # POST /debug: a failed run is HTTP 422 {code, msg}; msg is the runner's run.failed error
     conversation = f"e2e-nokey-{uuid.uuid4().hex[:8]}"
@@ -803,7 +194,7 @@ def test_agent_debug_explains_a_missing_api_key(host: Host, dify: FakeDify) -> N
         if isinstance(message.get("content"), str):
             shown.append(message["content"])
     assert any("api-key" in text for text in shown), shown
-    assert not any(_is_host_notice(text) for text in shown), shown
+    assert not any(is_host_notice(text) for text in shown), shown
     assert not dify.find_requests("POST", "/v1/chat-messages")
 
     failure = recorded_failure(host, host.finished_run(conversation))
@@ -814,80 +205,34 @@ def test_agent_debug_explains_a_missing_api_key(host: Host, dify: FakeDify) -> N
 
 
 @dataclass
-class Migration:
-    pipeline: str
-    preview: dict[str, Any]
-    task: dict[str, Any]
-    config: dict[str, Any]
+class Migration(LegacyMigration):
     dify: FakeDify
 
 
 def _insert_legacy_pipeline(host: Host, srv: FakeDify) -> str:
     """A 4.10-style ``dify-service-api`` pipeline, written straight into SQLite (the API refuses it)."""
-    template = host.data("POST", "/api/v1/pipelines", json={"name": "e2e-template"})["uuid"]
-    pipeline = str(uuid.uuid4())
-    with contextlib.closing(sqlite3.connect(host.db_path, timeout=30)) as db:
-        db.row_factory = sqlite3.Row
-        row = db.execute("SELECT * FROM legacy_pipelines WHERE uuid = ?", (template,)).fetchone()
-        assert row is not None, "the template pipeline is not in legacy_pipelines"
-        config = json.loads(row["config"])
-        config["ai"] = {
-            "runner": {"runner": "dify-service-api", "expire-time": 0},
-            "dify-service-api": {
-                "base-url": srv.base_url,
-                "api-key": API_KEY,
-                "app-type": "chat",
-                "base-prompt": "Describe the file.",
-                "timeout": 120,
-            },
-        }
-        config["output"]["misc"]["remove-think"] = True
-        db.execute(
-            "INSERT INTO legacy_pipelines (uuid, workspace_uuid, name, description, emoji, for_version,"
-            " is_default, stages, config, extensions_preferences) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (pipeline, host.workspace, "e2e-legacy-dify", "", row["emoji"], "v4.10.8", 0, row["stages"],
-             json.dumps(config), row["extensions_preferences"]),
-        )
-        db.commit()
-    return pipeline
-
-
-def _stored_config(host: Host, pipeline: str) -> dict[str, Any]:
-    with contextlib.closing(sqlite3.connect(host.db_path, timeout=30)) as db:
-        (raw,) = db.execute("SELECT config FROM legacy_pipelines WHERE uuid = ?", (pipeline,)).fetchone()
-    return json.loads(raw)
+    ai = {
+        "runner": {"runner": "dify-service-api", "expire-time": 0},
+        "dify-service-api": {
+            "base-url": srv.base_url,
+            "api-key": API_KEY,
+            "app-type": "chat",
+            "base-prompt": "Describe the file.",
+            "timeout": 120,
+        },
+    }
+    return host.insert_legacy_pipeline("e2e-legacy-dify", ai, remove_think=True)
 
 
 @pytest.fixture(scope="module")
 def migration(host: Host) -> Iterator[Migration]:
     with FakeDify(api_key=API_KEY) as srv:
         pipeline = _insert_legacy_pipeline(host, srv)
-        items = host.data("GET", "/api/v1/pipelines/_/migration/preview")["items"]
-        preview = next(i for i in items if i["pipeline_uuid"] == pipeline)
-        task = {}
-        if preview["state"] == "ready":
-            started = host.data("POST", "/api/v1/pipelines/_/migration/execute", json={
-                "confirmed": True, "items": [{"pipeline_uuid": pipeline, "preview_token": preview["preview_token"]}],
-            })
-            task = host.wait_task(started["task_id"], "migration", 120)
-        yield Migration(pipeline, preview, task, _stored_config(host, pipeline), srv)
+        yield Migration(**vars(host.migrate(pipeline)), dify=srv)
 
 
 def test_legacy_dify_pipeline_migrates_to_this_plugin(migration: Migration) -> None:
-    preview = migration.preview
-    assert preview["state"] == "ready", preview
-    assert preview["legacy_runner"] == "dify-service-api"
-    assert preview["target_runner_id"] == RUNNER_ID
-    assert preview["blockers"] == []
-
-    results = migration.task["task_context"]["metadata"]["results"]
-    assert results == [{"pipeline_uuid": migration.pipeline, "state": "migrated", "code": None}], results
-
-    ai = migration.config["ai"]
-    assert ai["runner"]["id"] == RUNNER_ID
-    migrated = ai["runner_config"][RUNNER_ID]
-    declared = {item["name"] for item in PLUGIN.config_items}
-    assert set(migrated) - declared <= HOST_FIELDS
+    migrated = migration.runner_config("dify-service-api", PLUGIN)
     assert migrated["base-url"] == migration.dify.base_url
     assert migrated["user-id-source"] == "legacy-session"
     assert migrated["timeout"] == 30
@@ -913,42 +258,6 @@ def test_migrated_pipeline_answers_over_the_webui_websocket(host: Host, migratio
 PROBE = load_plugin(Path(__file__).with_name("steer_probe"))  # a test-only multi-turn runner on the kit
 
 
-def ws_conversation(host: Host, pipeline: str, messages: list[tuple[float, str]], *, stream: bool = True,
-                    timeout: float = 60, settle: float = 3.0) -> Chat:
-    """Send each ``(delay, text)`` on one websocket connection ``delay`` seconds after the previous
-    one (while the first run is still going), and collect every frame until the chat is quiet."""
-    from websockets.sync.client import connect
-
-    api = host.ports["api"]
-    url = f"ws://{LOOPBACK}:{api}/api/v1/pipelines/{pipeline}/ws/connect?session_type=person"
-    frames: list[dict[str, Any]] = []
-    with connect(url, origin=f"http://{LOOPBACK}:{api}", proxy=None, open_timeout=15) as ws:
-        ws.send(json.dumps({"type": "authenticate", "token": host.user_token, "workspace_uuid": host.workspace}))
-        connected = json.loads(ws.recv(timeout=15))
-        assert connected.get("type") == "connected", connected
-        pending = list(messages)
-        send_at = time.monotonic()
-        deadline = time.monotonic() + timeout
-        last_frame = time.monotonic()
-        finals = 0
-        while time.monotonic() < deadline:
-            if pending and time.monotonic() >= send_at + pending[0][0]:
-                _, text = pending.pop(0)
-                ws.send(json.dumps({"type": "message", "message": [{"type": "Plain", "text": text}], "stream": stream}))
-                send_at = time.monotonic()
-                continue
-            wait = (send_at + pending[0][0] - time.monotonic()) if pending else settle
-            try:
-                frame = json.loads(ws.recv(timeout=max(0.05, min(wait, deadline - time.monotonic()))))
-            except TimeoutError:
-                if not pending and finals and time.monotonic() - last_frame >= settle:
-                    break
-                continue
-            frames.append(frame)
-            last_frame = time.monotonic()
-            if frame.get("type") == "response" and frame["data"].get("is_final"):
-                finals += 1
-    return Chat(connected["connection_id"], frames)
 
 
 @pytest.fixture(scope="module")
@@ -956,11 +265,6 @@ def probe(host: Host) -> str:
     host.install_plugin(PROBE)
     return PROBE.runner_id
 
-
-def run_inputs(host: Host, run_id: str) -> Any:
-    """The run's journal section (what the host recorded as handed to the run, steering included)."""
-    data = host.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "inputs"})
-    return data
 
 
 @pytest.mark.parametrize("mode", ["next-turn", "interrupt"])
