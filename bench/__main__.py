@@ -19,11 +19,11 @@ from runners_cli.plugins import discover
 from . import report, sections
 from .notes import notes
 from .params import Params
-from .registry import CODING_AGENTS, HTTP_PLUGINS
+from .registry import CODING_AGENTS, HTTP_PLUGINS, IN_PROCESS_AGENTS
 from .server import FakeServer
 
 HERE = Path(__file__).resolve().parent
-SECTIONS = ("ttft", "traffic", "cpu", "concurrency", "connections", "coding")
+SECTIONS = ("ttft", "traffic", "cpu", "concurrency", "connections", "coding", "local")
 
 
 def _log(msg: str) -> None:
@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.plugins:
         wanted = set(args.plugins.split(","))
         entries = [e for e in HTTP_PLUGINS if e.plugin in wanted]
-    benched = {e.plugin for e in HTTP_PLUGINS} | {e.plugin for e in CODING_AGENTS}
+    benched = {e.plugin for e in (*HTTP_PLUGINS, *CODING_AGENTS, *IN_PROCESS_AGENTS)}
     missing = [pl.dirname for pl in discover() if pl.dirname not in benched]
 
     t_start = time.perf_counter()
@@ -101,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     if "coding" in only:
         _log("6. coding-agent runners")
         s["coding_agents"] = sections.run_section(sections.coding_agents(p))
+    if "local" in only:
+        _log("7. in-process agent loops")
+        s["in_process_agents"] = sections.run_section(sections.in_process_agents(p))
 
     cmd = "uv run python -m bench" + (" --quick" if args.quick else "")
     data: dict[str, Any] = {

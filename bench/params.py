@@ -40,6 +40,9 @@ class Params:
     conn_runs: int = 100
     # 6. coding agents: runs of (turn, follow-up in the same process, the follow-up as a new run)
     coding_rounds: int = 7
+    # 7. in-process agent loops: tool rounds per run, and runs per figure
+    local_rounds: int = 5
+    local_reps: int = 7
 
     @classmethod
     def quick_run(cls) -> Params:
@@ -55,4 +58,6 @@ class Params:
             conc_tokens=10,
             conc_delay=0.05,
             coding_rounds=2,
+            local_rounds=2,
+            local_reps=2,
         )

@@ -13,7 +13,9 @@ An HTTP plugin joins every per-plugin row with one :class:`HttpPlugin`, as ``ENT
   same HTTP client and parsed only as far as the wire format demands (``wire``: ``sse`` or
   ``ndjson``), taking each token's text out of the parsed object.
 
-A coding-agent runner joins section 6 the same way, with a :class:`CodingAgent` as its ``ENTRY``.
+A coding-agent runner joins section 6 the same way, with a :class:`CodingAgent` as its ``ENTRY``;
+an in-process agent loop on LangBot's own models (LocalAgent) joins section 7 with an
+:class:`InProcessAgent`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,19 @@ class CodingAgent:
         srv.answer_tokens = tokens
         srv.token_delay = delay
         srv.tool_command = None
+
+
+@dataclass(frozen=True)
+class InProcessAgent:
+    """A runner whose "upstream" is LangBot's model layer (section 7): ``start`` returns a started
+    fake OpenAI-compatible model server, ``prepare`` registers it (and the bench tool) on a local
+    host, ``config`` is the runner config using them, ``stop`` stops the server."""
+
+    plugin: str
+    start: Callable[[], Any]
+    prepare: Callable[[Any, Any], None]  # (server, LocalHost) -> None
+    config: Callable[[Any], dict[str, Any]]
+    stop: Callable[[Any], None]
 
 
 BENCH_MODEL_KEY = "sk-bench-model-key"
@@ -155,7 +170,7 @@ HTTP_PLUGINS: list[HttpPlugin] = [
     ),
 ]
 
-def _plugin_entries() -> tuple[list[HttpPlugin], list[CodingAgent]]:
+def _plugin_entries() -> tuple[list[HttpPlugin], list[CodingAgent], list[InProcessAgent]]:
     """Other plugins' entries, from ``bench/entries/<package>.py`` (a module-level ``ENTRY``), so
     plugins written side by side never edit the same file."""
     import importlib
@@ -163,15 +178,22 @@ def _plugin_entries() -> tuple[list[HttpPlugin], list[CodingAgent]]:
 
     http: list[HttpPlugin] = []
     coding: list[CodingAgent] = []
+    local: list[InProcessAgent] = []
     for path in sorted((Path(__file__).parent / "entries").glob("[a-z]*.py")):
         entry = importlib.import_module(f"bench.entries.{path.stem}").ENTRY
-        (coding if isinstance(entry, CodingAgent) else http).append(entry)
-    return http, coding
+        if isinstance(entry, CodingAgent):
+            coding.append(entry)
+        elif isinstance(entry, InProcessAgent):
+            local.append(entry)
+        else:
+            http.append(entry)
+    return http, coding, local
 
 
-_MORE_HTTP, _MORE_CODING = _plugin_entries()
+_MORE_HTTP, _MORE_CODING, _MORE_LOCAL = _plugin_entries()
 HTTP_PLUGINS += _MORE_HTTP
 CODING_AGENTS: list[CodingAgent] = [*_MORE_CODING]
+IN_PROCESS_AGENTS: list[InProcessAgent] = [*_MORE_LOCAL]
 
 
 def http_plugin(name: str) -> HttpPlugin:

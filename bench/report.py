@@ -125,6 +125,29 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "status": NA,
             }
         )
+    for r in (s.get("in_process_agents") or {}).get("rows", []):
+        rows.append(
+            {
+                "id": "in-process-agents",
+                "figure": "7. Tool-loop overhead per model call",
+                "plugin": r["plugin"],
+                "measured": f"{_f(r['added_per_model_call_ms'])} ms added per model call; run {_f(r['agent_run_s'], 3)} s",
+                "reference": f"direct calls of the same model {_f(r['direct_loop_s'], 3)} s",
+                "target": "–",
+                "status": NA,
+            }
+        )
+        rows.append(
+            {
+                "id": "in-process-agents",
+                "figure": "7. Compaction cost (one summary call)",
+                "plugin": r["plugin"],
+                "measured": f"{_f(r['compaction_cost_s'], 3)} s added to the run that compacts",
+                "reference": f"the summary call made directly {_f(r['direct_summary_call_s'], 3)} s",
+                "target": "–",
+                "status": NA,
+            }
+        )
     for m in data.get("missing_entries", []):
         rows.append(
             {
@@ -367,6 +390,30 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
                 ],
             )
         )  # fmt: skip
+    ia = s.get("in_process_agents") or {}
+    if ia.get("rows"):
+        parts += [
+            "", "## 7. In-process agent loops", "",
+            "Each run: the scripted model calls one tool per round, then answers; the reference makes the same "
+            "model calls and tool calls directly through the same host model layer (no runner, no SDK proxy). "
+            "Compaction: a 40-message conversation that does not fit the configured window, summarised once and "
+            "stored as a checkpoint; the next run on it starts from the checkpoint. Medians.",
+            "",
+            _table(
+                ["Plugin", "Run with tool rounds / direct (s)", "Added per model call (ms)"],
+                [[r["plugin"], f"{r['rounds']} rounds: {_f(r['agent_run_s'], 3)} / {_f(r['direct_loop_s'], 3)}",
+                  _f(r["added_per_model_call_ms"])] for r in ia["rows"]],
+            ),
+            "",
+            _table(
+                ["Plugin", "Compacting run / run from the checkpoint (s)", "Summary call made directly (s)"],
+                [[r["plugin"], f"{_f(r['compacting_run_s'], 3)} / {_f(r['checkpoint_run_s'], 3)} "
+                  f"({_f(r['token_counts_per_compacting_run'], 0)} token counts)", _f(r["direct_summary_call_s"], 3)]
+                 for r in ia["rows"]],
+            ),
+        ]  # fmt: skip
+    elif ia.get("status") == "not applicable":
+        parts += ["", "## 7. In-process agent loops", "", f"Not applicable: {ia['reason']}."]
     if notes:
         parts += ["", notes]
     return "\n".join(parts) + "\n"

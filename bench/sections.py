@@ -1,4 +1,4 @@
-"""The six measurements. Each returns plain data (JSON-ready); ``report`` turns it into tables.
+"""The seven measurements. Each returns plain data (JSON-ready); ``report`` turns it into tables.
 
 Every figure is a ratio or a count against a reference taken in the same run: the bare floor
 client, the naive delta policy, or the fake server's own write times.
@@ -26,7 +26,7 @@ from runners_cli.host import Identity
 from .common import answer, median, pct, prefix_lengths, rtype, tokens, tokens_in, wire_bytes
 from .drive import Turn, floor_turn, load_runner, runner_turn
 from .params import Params
-from .registry import CODING_AGENTS, HttpPlugin
+from .registry import CODING_AGENTS, IN_PROCESS_AGENTS, HttpPlugin, InProcessAgent
 from .server import ROOT, FakeServer
 
 
@@ -541,4 +541,137 @@ async def _coding_agent(entry: Any, srv: Any, p: Params) -> dict[str, Any]:
         "same_process_turn_s": live,
         "new_process_turn_s": fresh,
         "ratio": live / fresh,
+    }
+
+
+# --- 7. in-process agent loops (LocalAgent) ----------------------------------------------------
+
+
+async def in_process_agents(p: Params) -> dict[str, Any]:
+    """Tool-loop overhead per round and compaction cost of each in-process agent runner, against
+    direct calls of the same fake model through the same host model layer."""
+    if not IN_PROCESS_AGENTS:
+        return {"status": "not applicable", "reason": "no in-process agent runner has landed", "rows": []}
+    rows = []
+    for entry in IN_PROCESS_AGENTS:
+        srv = entry.start()
+        try:
+            rows.append(await _in_process_agent(entry, srv, p))
+        finally:
+            entry.stop(srv)
+    return {"status": "measured", "rows": rows}
+
+
+async def _agent_run(runner: Any, host: Any, text: str, config: dict[str, Any], ident: Identity) -> tuple[float, list[Any]]:
+    ctx = host.make_context(text, config=config, identity=ident)
+    results = []
+    t0 = time.perf_counter()
+    async for result in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, result)
+        results.append(result)
+    elapsed = time.perf_counter() - t0
+    end = results[-1] if results else None
+    if end is None or rtype(end) != "run.completed":
+        raise RuntimeError(f"bench run did not complete: {end and end.data}")
+    return elapsed, results
+
+
+async def _direct_loop(model: Any, tool: Any, text: str) -> float:
+    """The floor: the same model calls and tool calls, made directly, as a minimal loop would."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": text}]
+    funcs = [{"name": tool.name, "human_desc": tool.description, "description": tool.description,
+              "parameters": tool.parameters}]
+    t0 = time.perf_counter()
+    while True:
+        calls: dict[str, dict[str, str]] = {}
+        content = ""
+        async for item in model.stream(messages, funcs):
+            chunk = item.get("chunk") or {}
+            content += chunk.get("content") or ""
+            for call in chunk.get("tool_calls") or []:
+                got = calls.setdefault(call["id"], {"name": call["function"]["name"], "arguments": ""})
+                got["arguments"] += call["function"].get("arguments") or ""
+        if not calls:
+            return time.perf_counter() - t0
+        messages.append({"role": "assistant", "content": content or None, "tool_calls": [
+            {"id": cid, "type": "function", "function": c} for cid, c in calls.items()]})
+        for cid, c in calls.items():
+            result = await tool.call(json.loads(c["arguments"] or "{}"))
+            messages.append({"role": "tool", "tool_call_id": cid, "content": json.dumps(result)})
+
+
+async def _in_process_agent(entry: InProcessAgent, srv: Any, p: Params) -> dict[str, Any]:
+    from tests.fakes.openai import Say, ToolCalls
+
+    runner, host = load_runner(entry.plugin)
+    entry.prepare(srv, host)
+    config = entry.config(srv)
+    model = next(iter(host.models.values()))
+    tool = next(iter(host.tools.values()))
+    rounds = p.local_rounds
+    answer_text = "The loop is done and this is the answer. " * 4
+
+    def script() -> list[Any]:
+        return [ToolCalls([(tool.name, {"n": k})]) for k in range(rounds)] + [Say(answer_text)]
+
+    agent_s: list[float] = []
+    floor_s: list[float] = []
+    for i in range(p.local_reps):
+        srv.script = script()
+        t, results = await _agent_run(runner, host, f"loop {i}", config, Identity(conversation_id=f"bench-loop-{i}"))
+        calls = sum(1 for r in results if rtype(r) == "tool.call.completed")
+        if calls != rounds:
+            raise RuntimeError(f"{entry.plugin}: expected {rounds} tool calls, saw {calls}")
+        agent_s.append(t)
+        srv.script = script()
+        floor_s.append(await _direct_loop(model, tool, f"loop {i}"))
+    model_calls = rounds + 1
+    per_round_ms = (median(agent_s) - median(floor_s)) / model_calls * 1000
+
+    # compaction: a long earlier conversation that does not fit the configured window
+    small = {**config, "context-window-tokens": 6000, "context-reserve-tokens": 1000,
+             "context-keep-recent-tokens": 1500, "context-summary-tokens": 400,
+             "context-history-fetch-limit": 100}
+    compact_s: list[float] = []
+    reuse_s: list[float] = []
+    summary_s: list[float] = []
+    counted: list[int] = []
+    summary_text = "Earlier: the user planned a trip and compared three hotels. "
+    for i in range(p.local_reps):
+        conv = Identity(conversation_id=f"bench-compact-{i}")
+        host.store.reset_transcript(conv.conversation_id)
+        for k in range(40):
+            host.store.append_transcript({"conversation_id": conv.conversation_id, "bot_id": conv.bot_id,
+                                          "workspace_id": conv.workspace_id, "role": "user" if k % 2 == 0 else "assistant",
+                                          "content": f"message {k}: " + "details about the trip plan " * 28})
+        srv.script = [Say(summary_text), Say("Answer after compaction.")]
+        before = len(host.calls)
+        t1, r1 = await _agent_run(runner, host, "what did we decide?", small, conv)
+        counted.append(sum(1 for c in host.calls[before:] if c.action == "count_tokens"))
+        if not any(rtype(r) == "state.updated" and "checkpoint" in str(r.data.get("key")) for r in r1):
+            raise RuntimeError(f"{entry.plugin}: the long conversation was not compacted")
+        srv.script = [Say("Answer from the checkpoint.")]
+        t2, r2 = await _agent_run(runner, host, "and the hotel?", small, conv)
+        if any(rtype(r) == "state.updated" and "checkpoint" in str(r.data.get("key")) for r in r2):
+            raise RuntimeError(f"{entry.plugin}: the second run summarised again instead of reusing the checkpoint")
+        compact_s.append(t1)
+        reuse_s.append(t2)
+        history = [{"role": "user", "content": "message: " + "details about the trip plan " * 28}] * 30
+        srv.script = [Say(summary_text)]
+        t0 = time.perf_counter()
+        await model.invoke(history + [{"role": "user", "content": "Summarise the conversation above."}],
+                           extra_args={"max_tokens": 400})
+        summary_s.append(time.perf_counter() - t0)
+    return {
+        "plugin": entry.plugin,
+        "rounds": rounds,
+        "runs": p.local_reps,
+        "agent_run_s": median(agent_s),
+        "direct_loop_s": median(floor_s),
+        "added_per_model_call_ms": per_round_ms,
+        "compacting_run_s": median(compact_s),
+        "checkpoint_run_s": median(reuse_s),
+        "direct_summary_call_s": median(summary_s),
+        "compaction_cost_s": median(compact_s) - median(reuse_s),
+        "token_counts_per_compacting_run": median(counted),
     }
