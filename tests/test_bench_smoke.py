@@ -21,11 +21,11 @@ def test_bench_quick_writes_every_section(tmp_path) -> None:
     assert "| Figure | Plugin | Measured |" in proc.stdout  # the table is printed
     data = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     s = data["sections"]
-    for key in ("ttft", "traffic", "sweep", "cpu", "concurrency", "connections", "coding_agents"):
+    for key in ("ttft", "traffic", "sweep", "cpu", "concurrency", "connections", "coding_agents", "in_process_agents"):
         assert s.get(key), key
     assert data["missing_entries"] == []
     landed = {p.dirname for p in discover()}
-    coding = {r["plugin"] for r in s["coding_agents"]["rows"]}
+    coding = {r["plugin"] for r in s["coding_agents"]["rows"]} | {r["plugin"] for r in s["in_process_agents"]["rows"]}
     for key in ("ttft", "traffic", "cpu", "concurrency", "connections"):
         assert {row["plugin"] for row in s[key]} | coding >= landed, key
     assert "dify-agent" in {row["plugin"] for row in s["ttft"]}
@@ -35,6 +35,8 @@ def test_bench_quick_writes_every_section(tmp_path) -> None:
     assert all(r["correct"] for c in s["cpu"] for r in c["rows"])
     assert all(c["correct"] == c["runs"] for c in s["connections"])
     assert all(r["floor"]["ok"] == r["n"] for c in s["concurrency"] for r in c["rows"])
+    for r in s["in_process_agents"]["rows"]:  # the loop really ran its rounds and compacted
+        assert r["agent_run_s"] > 0 and r["direct_loop_s"] > 0 and r["compacting_run_s"] > 0, r
     if not s["coding_agents"]["rows"]:
         assert s["coding_agents"]["status"] == "not applicable"
     assert {t["id"] for t in data["targets"]} >= {"ttft", "bytes-burst", "cpu-paced", "concurrency", "connections"}
