@@ -43,6 +43,7 @@ import pytest
 
 from runners_cli.build import build_plugin
 from runners_cli.plugins import PluginInfo
+from tests.real_peers.peers import wait_reporting
 
 LANGBOT_VERSION = "4.11.2"
 # SQLAlchemy 2.1 breaks the host's TenantUnitOfWork upserts (host-contract.md section 6)
@@ -140,21 +141,10 @@ def provide_venv() -> Path:
                  *REQUIREMENTS],
                 stdout=out, stderr=subprocess.STDOUT, env=_clean_env(venv),
             )
-            try:
-                while True:
-                    try:
-                        proc.wait(timeout=15)
-                        break
-                    except subprocess.TimeoutExpired:
-                        if time.monotonic() - started > INSTALL_TIMEOUT:
-                            proc.kill()
-                            proc.wait()
-                            pytest.fail(f"pip install timed out after {INSTALL_TIMEOUT:.0f}s; see {log}")
-                        say(f"  still installing ({time.monotonic() - started:.0f}s)")
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            wait_reporting(
+                proc, started, INSTALL_TIMEOUT, progress=lambda t: say(f"  still installing ({t:.0f}s)"),
+                give_up=lambda: pytest.fail(f"pip install timed out after {INSTALL_TIMEOUT:.0f}s; see {log}"),
+            )
         if proc.returncode != 0:
             pytest.fail(f"pip install failed (exit {proc.returncode}):\n{_tail(log, 30)}")
         check = subprocess.run(

@@ -33,12 +33,8 @@ CHECKPOINT = "local-agent.checkpoint"
 
 @pytest.fixture
 def fake():
-    srv = FakeOpenAI(api_key="sk-test")
-    srv.start()
-    try:
+    with FakeOpenAI(api_key="sk-test") as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 @pytest.fixture

@@ -61,6 +61,27 @@ def _run_logged(args: list[str], log: Path, label: str, what: str, deadline: flo
         pytest.skip(f"{label}: {what} failed (exit {code}); see {log}:\n{tail(log)}")
 
 
+def wait_reporting(proc: subprocess.Popen, started: float, limit: float, *,
+                   progress: Callable[[float], None], give_up: Callable[[], None], poll: float = 15.0) -> int:
+    """Wait for a long install step: ``progress(seconds so far)`` every ``poll`` s; once ``limit`` seconds
+    have passed since ``started`` the process is killed and ``give_up()`` (a pytest.skip/fail) is
+    called. The process never outlives this call. Returns its exit code."""
+    try:
+        while True:
+            try:
+                return proc.wait(timeout=poll)
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - started > limit:
+                    proc.kill()
+                    proc.wait()
+                    give_up()
+                progress(time.monotonic() - started)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def provide_venv(
     venv: Path,
     packages: Sequence[str],

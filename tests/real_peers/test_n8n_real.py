@@ -95,21 +95,10 @@ def _npm(args: list[str], cwd: Path, env: dict[str, str], log: Path, started: fl
         out.write(f"\n$ npm {' '.join(args)}   (in {cwd})\n")
         out.flush()
         proc = subprocess.Popen([npm, *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            while True:
-                try:
-                    proc.wait(timeout=15)
-                    break
-                except subprocess.TimeoutExpired:
-                    if time.monotonic() - started > INSTALL_TIMEOUT:
-                        proc.kill()
-                        proc.wait()
-                        pytest.skip(f"n8n real peer: {what} did not finish within {INSTALL_TIMEOUT:.0f}s; see {log}")
-                    say(f"  {what}: still running ({time.monotonic() - started:.0f}s)")
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+        peers.wait_reporting(
+            proc, started, INSTALL_TIMEOUT, progress=lambda t: say(f"  {what}: still running ({t:.0f}s)"),
+            give_up=lambda: pytest.skip(f"n8n real peer: {what} did not finish within {INSTALL_TIMEOUT:.0f}s; see {log}"),
+        )
     if proc.returncode != 0:
         pytest.skip(f"n8n real peer: {what} failed (npm exit {proc.returncode}); see {log}:\n{peers.tail(log)}")
 
