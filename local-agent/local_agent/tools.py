@@ -134,7 +134,15 @@ def preview(text: str, limit: int) -> str:
     head_len = max(limit - sum(len(r) + 1 for r in refs) - 160, limit // 4)
     head = text[:head_len]
     refs = [r for r in refs if r not in head]
-    listing = ("\nPaths and URLs in the full result:\n" + "\n".join(refs)) if refs else ""
+    kept: list[str] = []
+    room = limit - head_len - 160  # the listing is bounded too: a result of nothing but links stays a preview
+    for r in refs:
+        if len(r) + 1 > room:
+            break
+        kept.append(r)
+        room -= len(r) + 1
+    more = f"\n(and {len(refs) - len(kept)} more)" if len(kept) < len(refs) else ""
+    listing = ("\nPaths and URLs in the full result:\n" + "\n".join(kept) + more) if refs else ""
     cut = len(text) - len(head)
     return f"{head}\n[... {cut} of {len(text)} characters cut from this tool result ...]{listing}"
 

@@ -285,6 +285,15 @@ async def test_oversized_result_keeps_paths_and_urls(fake, host, runner):
     assert "characters cut" in content
 
 
+def test_a_result_of_nothing_but_links_stays_bounded():
+    from local_agent.tools import preview  # noqa: PLC0415 - the plugin package is importable in tests
+
+    links = " ".join(f"https://example.com/page/{i}" for i in range(2000))
+    shown = preview(links, 1000)
+    assert len(shown) <= 1000
+    assert "https://example.com/page/0" in shown and "more)" in shown
+
+
 async def test_tool_error_and_bad_arguments_go_back_to_the_model(fake, host, runner):
     def broken(p: dict[str, Any]) -> Any:
         raise RuntimeError("disk on fire")
