@@ -177,6 +177,8 @@ class ResultBuilder:
         text_budget: int = TEXT_BUDGET,
     ):
         self.run_id = run_id
+        self._text_budget = text_budget
+        self.messages_sent = 0  # complete messages this builder already sent (next_message)
         self.remove_think = remove_think
         self.policy = policy or StreamPolicy()
         self._clock = clock
@@ -451,6 +453,16 @@ class ResultBuilder:
             sep = "" if text.endswith("\n\n") else "\n" if text.endswith("\n") else "\n\n"
             text = f"{text}{sep}{note}"
         return self._message(text)
+
+    def next_message(self) -> None:
+        """Start a new message in the same run (the one so far was sent complete): the text,
+        think, progress and attachment state start over; settings stay."""
+        sent = self.messages_sent + 1
+        auto = self.auto_progress
+        self.__init__(self.run_id, remove_think=self.remove_think, policy=self.policy,  # type: ignore[misc]
+                      clock=self._clock, text_budget=self._text_budget)
+        self.messages_sent = sent
+        self.auto_progress = auto
 
     def notice_message(self, text: str) -> RunnerResult:
         """A complete message that is not an upstream answer (a failure explained to the user)."""

@@ -31,6 +31,7 @@ from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
+from . import approvals as ap
 from . import events as ev
 from .config import Config, ConfigSchema
 from .errors import Redactor, RunnerError, SessionMissing
@@ -41,7 +42,7 @@ from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
 from .logs import bind_redactor, get_logger, unbind_redactor
 from .results import ResultBuilder, StreamPolicy, progress_line
 from .session import SessionHandle, session_key
-from .steering import POLL_INTERVAL, Steering, follow_up_input, follow_up_mode, unanswered_note
+from .steering import POLL_INTERVAL, Steering, follow_up_input, follow_up_mode, text_of, unanswered_note
 from .usage import UsageTotals
 
 DEFAULT_TIMEOUT = 300.0
@@ -81,6 +82,24 @@ class RunEnv:
         self.session = SessionHandle(ctx, session_key(session_key_base, config.get("user-id-source"), self.user))
         self.finish_reason: str | None = None  # from ev.Finish: why the upstream stopped
         self.input = UserInput(text="", files=[], params={})
+        # questions to the chat (runner_kit.approvals): the pump's queue, the run's follow-ups,
+        # who started the current turn, and the kinds of request allowed for the agent session
+        self.asks: asyncio.Queue[Any] | None = None
+        self.steering: Steering | None = None
+        self.turn_actor = ap.actor_of(ctx)
+        base = session_key_base or "runner"
+        self.memory = ap.Memory(base + ap.MEMORY_SUFFIX, (ctx.state.conversation or {}).get(base + ap.MEMORY_SUFFIX))
+        self.pending_key = base + ap.PENDING_SUFFIX
+
+    async def ask(self, question: ap.Question) -> ap.Decision:
+        """Ask the chat (``permission-mode: ask``) and wait for the answer; see
+        :mod:`runner_kit.approvals`. Call it from the adapter while a turn runs."""
+        queue = self.asks
+        if queue is None:
+            return ap.Decision(allow=False, reason="no turn is running to ask in")
+        future: asyncio.Future[ap.Decision] = asyncio.get_running_loop().create_future()
+        queue.put_nowait(_Ask(question, future))
+        return await future
 
     def budget(self) -> float:
         """Seconds left for upstream work; raises upstream.timeout when none is left."""
@@ -178,6 +197,14 @@ INTERRUPTED_NOTE = "(Stopped here to take your next message.)"
 NO_REPLY_TEXT = "(The agent finished this request without a reply.)"
 
 
+class _Ask:
+    __slots__ = ("future", "question")
+
+    def __init__(self, question: ap.Question, future: asyncio.Future[ap.Decision]):
+        self.question = question
+        self.future = future
+
+
 class _Raised:
     __slots__ = ("exc",)
 
@@ -188,11 +215,12 @@ class _Raised:
 class _Pump:
     """Whether the adapter's stream ended by itself (then no stop call is needed)."""
 
-    __slots__ = ("ended", "interrupted")
+    __slots__ = ("ended", "interrupted", "parked")
 
     def __init__(self) -> None:
         self.ended = False
         self.interrupted = False  # a follow-up interrupted this turn (follow-up-mode: interrupt)
+        self.parked: ap.Parked | None = None  # the turn waits for an answer in a later run
 
 
 def _flag(config: Config | None, key: str, default: bool) -> bool:
@@ -237,9 +265,11 @@ async def drive(
     pump = _Pump()
 
     async def one_turn(
-        make: Callable[[int], Adapter], turn_input: UserInput, index: int, watch: Steering | None
+        make: Callable[[int], Adapter], turn_input: UserInput, index: int, watch: Steering | None,
+        resume: ap.Parked | None = None,
     ) -> AsyncGenerator[RunnerResult, None]:
-        """One turn (for single-turn adapters: the run), retried once on a fresh session."""
+        """One turn (for single-turn adapters: the run), retried once on a fresh session; with
+        ``resume``, the rest of a parked turn."""
         nonlocal pump, to_stop
         assert env is not None and config is not None
         for attempt in (0, 1):
@@ -247,8 +277,9 @@ async def drive(
             pump = _Pump()
             to_stop = adapter
             try:
-                source = adapter.turn(turn_input, index) if adapter.multi_turn else adapter.stream()
-                async with aclosing(_pump(adapter, env, builder, usage, pump, source, watch)) as results:
+                source = None if resume is not None else (
+                    adapter.turn(turn_input, index) if adapter.multi_turn else adapter.stream())
+                async with aclosing(_pump(adapter, env, builder, usage, pump, source, watch, resume, index)) as results:
                     async for result in results:
                         yield result
                 to_stop = None
@@ -291,32 +322,73 @@ async def drive(
                     yield final
                 yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
-            live = adapter_cls(env)
             steer = Steering.for_run(ctx)
+            env.steering = steer
             watch = steer if follow_up_mode(config) == "interrupt" else None
             index = 0
             turn_input: UserInput | None = inp
+            resume: ap.Parked | None = None
+            after: UserInput | None = None  # a new message that came instead of an answer: next turn
+            waiting = ap.claim(ap.conversation_key(ctx, platform))
+            if waiting is not None:
+                attach = _attach(waiting, ctx, env, inp)
+                for r in attach.results(builder):
+                    yield r
+                if not attach.resumed:
+                    yield builder.completed(usage)
+                    return
+                resume, index, after = waiting, waiting.index, attach.next_input
+                waiting.adapter.env = env
+                live = waiting.adapter
+            else:
+                stale = _stale_question(ctx, env, inp)
+                if stale is not None:
+                    yield builder.state(env.pending_key, None)
+                    if stale[1]:
+                        yield builder.notice_message(stale[0])
+                        yield builder.completed(usage)
+                        return
+                    builder.set_preamble(stale[0])
+                live = adapter_cls(env)
+            session_adapter: Adapter = live
             while True:
                 if turn_input is not None:
-                    async with aclosing(one_turn(lambda _: live, turn_input, index, watch)) as turn:
+                    async with aclosing(one_turn(lambda _: session_adapter, turn_input, index, watch, resume)) as turn:
                         async for result in turn:
                             yield result
+                    resume = None
                     if env.session.dirty:
                         yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
                         env.session.mark_saved()
+                    if pump.parked is not None:  # the agent waits for an answer in a later run
+                        live = None
+                        note = await _unanswered(steer)
+                        if note:
+                            yield builder.notice_message(note)
+                        steer.pending.clear()
+                        steer.in_turn = []
+                        yield builder.completed(usage, finish_reason="stop")
+                        return
                     final = builder.final_message(note=INTERRUPTED_NOTE if pump.interrupted else None)
-                    if final is None and not builder.no_reply:
+                    if final is None and not builder.no_reply and not builder.messages_sent:
                         if index == 0 and not pump.interrupted:
                             raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
                         final = builder.notice_message(NO_REPLY_TEXT)
                     if final is not None:
                         yield final  # each turn is its own reply in the chat
                 steer.turn_done()
+                if after is not None:
+                    turn_input, after = after, None
+                    index += 1
+                    builder = _builder(ctx, config, multi_turn=True)
+                    continue
                 await steer.pull()
                 if not steer.pending:
                     break
                 env.budget()
-                turn_input = await follow_up_input(ctx, steer.take(), max_bytes=env.max_bytes)
+                batch = steer.take()
+                env.turn_actor = ap.actor_of(batch[-1]) if ap.actor_of(batch[-1])[0] else env.turn_actor
+                turn_input = await follow_up_input(ctx, batch, max_bytes=env.max_bytes)
                 index += 1
                 builder = _builder(ctx, config, multi_turn=True)
                 if turn_input.empty:
@@ -426,15 +498,20 @@ async def _pump(
     state: _Pump,
     source: AsyncIterator[ev.Event] | None = None,
     watch: Steering | None = None,
+    resume: ap.Parked | None = None,
+    index: int = 0,
 ) -> AsyncGenerator[RunnerResult, None]:
     """Run the adapter's events (``source``, default ``adapter.stream()``) in a task and translate
     them; timers feed ticks into the same queue. With ``watch``, follow-ups are polled meanwhile
-    and the first one interrupts the turn (``adapter.interrupt()``)."""
+    and the first one interrupts the turn (``adapter.interrupt()``). A question the adapter asks
+    (``env.ask``) comes through the same queue; when it is parked the pump ends and leaves the
+    producer running, and ``resume`` picks that producer and queue up again in a later run."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = asyncio.Queue()
-    events = source if source is not None else adapter.stream()
+    queue: asyncio.Queue[Any] = resume.queue if resume is not None else asyncio.Queue()
+    events = source if source is not None else adapter.stream() if resume is None else None
 
     async def produce() -> None:
+        assert events is not None
         try:
             async for item in events:
                 queue.put_nowait(item)
@@ -464,7 +541,8 @@ async def _pump(
                 return
 
     env.touch()
-    task = loop.create_task(produce())
+    env.asks = queue
+    task = resume.task if resume is not None else loop.create_task(produce())
     poller = loop.create_task(poll(watch)) if watch is not None and watch.enabled else None
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
     if idle > 0:
@@ -494,6 +572,14 @@ async def _pump(
             if isinstance(item, _Raised):
                 state.ended = True
                 raise item.exc
+            if isinstance(item, _Ask):
+                async with aclosing(_asking(item, adapter, env, builder, state, queue, task, index)) as asked:
+                    async for r in asked:
+                        yield r
+                if state.parked is not None:
+                    return
+                env.touch()
+                continue
             if item is _STEERED:
                 state.interrupted = True
                 try:
@@ -515,12 +601,212 @@ async def _pump(
             tick.cancel()
         if poller is not None and not poller.done():
             poller.cancel()
-        if not task.done():
-            task.cancel()
-        try:
-            await task
-        except BaseException:  # noqa: BLE001 - the producer's own end is irrelevant here
-            pass
+        if state.parked is None:
+            env.asks = None
+            if not task.done():
+                task.cancel()
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - the producer's own end is irrelevant here
+                pass
+
+
+class _Attach:
+    """What a run does with the turn parked in its conversation (:func:`_attach`)."""
+
+    def __init__(self, parked: ap.Parked, env: RunEnv):
+        self.parked = parked
+        self.env = env
+        self.resumed = False
+        self.decision: ap.Decision | None = None
+        self.next_input: UserInput | None = None
+        self.notice: str | None = None
+
+    def results(self, builder: ResultBuilder) -> list[RunnerResult]:
+        out: list[RunnerResult] = []
+        if self.decision is not None:
+            out.append(builder.state(self.env.pending_key, None))
+            out += _answered(self.env, builder, self.parked.agent, self.parked.question, self.decision)
+        if self.notice:
+            out.append(builder.notice_message(self.notice))
+            builder.next_message()
+        if self.decision is not None and not self.parked.future.done():
+            self.parked.future.set_result(self.decision)  # the agent goes on; this run streams it
+        return out
+
+
+def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _Attach:
+    """Answer the parked turn with this run's input (a button, or a typed reply), or leave it
+    waiting with a one-line reason; a new message that is no answer denies it and comes next."""
+    a = _Attach(p, env)
+    q = p.question
+    submission = getattr(ctx.input, "interaction", None)
+    actor, name = ap.actor_of(ctx)
+    d: ap.Decision | None
+    if submission is not None:
+        if submission.interaction_id != q.id:
+            ap.put_back(p)
+            a.notice = "(That question is no longer waiting.)"
+            return a
+        d = ap.from_submission(submission, q)
+        if d is None:
+            ap.put_back(p)
+            a.notice = "(That answer could not be read; the question is still open.)"
+            return a
+    else:
+        d = ap.parse_answer(inp.text, q) if not inp.files else None
+    if not p.gate.may_answer(actor):
+        ap.put_back(p)
+        a.notice = (f"(Only {p.gate.who()} can answer the question above." if d is not None else
+                    f"({p.agent} is waiting for {p.gate.who()} to answer a question; please send this again after.")
+        a.notice += ")"
+        return a
+    if d is None:
+        d = ap.Decision(allow=False, reason="the user sent a new message instead of answering")
+        a.next_input = inp
+        a.notice = f"(The question was not answered, so {p.agent} was told no; your new message comes next.)"
+    d.by = name
+    a.decision = d
+    a.resumed = True
+    env.turn_actor = (p.gate.asker, p.gate.asker_name) if p.gate.asker else env.turn_actor
+    return a
+
+
+def _stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[str, bool] | None:
+    """A question recorded in state whose agent is gone (expired, or the plugin restarted):
+    ``(what to say, whether this run ends there)``; None when there is none."""
+    record = (ctx.state.conversation or {}).get(env.pending_key)
+    submission = getattr(ctx.input, "interaction", None)
+    if not isinstance(record, dict):
+        if submission is not None:
+            return "(That question is no longer waiting: the agent was restarted or it expired. " \
+                   "Send your request again.)", True
+        return None
+    title = str(record.get("title") or "the agent's question")
+    expired = time.time() >= float(record.get("expires_at") or 0)
+    why = "nobody answered in time" if expired else "the agent was restarted since"
+    q = ap.Question(title=title, kind=str(record.get("kind") or "permission"), free_text=False)
+    is_answer = submission is not None or ap.parse_answer(inp.text, q) is not None
+    text = f"(“{title}” is no longer waiting and was denied: {why}.)"
+    return (text[:-1] + " Send your request again.)" if is_answer else text), is_answer
+
+
+ASK_RESERVE = 30.0  # what a typed wait leaves of the run for the agent to go on with the answer
+
+
+def _agent_name(adapter: Adapter) -> str:
+    return str(getattr(adapter, "agent_name", None) or adapter.platform)
+
+
+def _answered(env: RunEnv, builder: ResultBuilder, agent: str, q: ap.Question, d: ap.Decision) -> list[RunnerResult]:
+    """State and log lines for an answer; the chat line saying what was decided."""
+    out: list[RunnerResult] = []
+    who = d.by or "someone"
+    if d.timed_out:
+        minutes = ap.approval_timeout(env.config) / 60
+        said = f"(No answer within {minutes:g} min: {agent} was told no to “{q.title}”.)"
+        logged = f"question {q.id} ({q.title}) timed out: denied"
+    elif q.kind == "question":
+        said = ""
+        logged = f"question {q.id} ({q.title}) answered by {who}"
+    elif d.allow:
+        said = ""
+        logged = f"approval {q.id} ({q.title}) allowed {'for the session' if d.always else 'once'} by {who}"
+        if d.always and (value := env.memory.remember(q.scope, env.session.current)) is not None:
+            out.append(builder.state(env.memory.key, value))
+    else:
+        said = ""  # the person who said no knows; the agent is told and answers
+        logged = f"approval {q.id} ({q.title}) denied by {who}" + (f": {d.reason}" if d.reason else "")
+    get_logger("runner_kit.approvals").info("%s: %s", agent, env.redact(logged))
+    out.append(builder.log(env.redact(logged), "info"))
+    if said:
+        out.append(builder.notice_message(said))
+        builder.next_message()
+    return out
+
+
+async def _asking(
+    item: _Ask,
+    adapter: Adapter,
+    env: RunEnv,
+    builder: ResultBuilder,
+    state: _Pump,
+    queue: asyncio.Queue[Any],
+    task: asyncio.Task[None],
+    index: int,
+) -> AsyncGenerator[RunnerResult, None]:
+    """Put the adapter's question to the chat and resolve it: typed during the run, or parked
+    for a button or a later message (see :mod:`runner_kit.approvals`)."""
+    q, future = item.question, item.future
+    agent = _agent_name(adapter)
+    if future.done():
+        return
+    if q.kind == "permission" and env.memory.allows(q.scope, env.session.current):
+        future.set_result(ap.Decision(allow=True, always=True, remembered=True))
+        yield builder.log(env.redact(f"approval {q.id} ({q.title}) allowed: {q.scope} is allowed for this session"))
+        return
+    key = ap.conversation_key(env.ctx, adapter.platform)
+    if key is None:
+        future.set_result(ap.Decision(allow=False, reason="there is no conversation to ask in"))
+        yield builder.log(env.redact(f"approval {q.id} ({q.title}) denied: no conversation to ask in"), "warning")
+        return
+    asker, name = env.turn_actor
+    gate = ap.Gate(asker, name, ap.approvers(env.config))
+    expires = time.time() + ap.approval_timeout(env.config)
+    caps = getattr(env.ctx.delivery, "interactions", None)
+    steer = env.steering
+    if (m := builder.final_message()) is not None:
+        yield m  # what the agent said so far is its own message, before the question
+    builder.next_message()
+    yield builder.log(env.redact(f"asked {q.id}: {q.title}"))
+    if caps is not None:
+        yield RunnerResult.interaction_requested(env.ctx.run_id, ap.interaction_request(agent, q, expires, caps))
+    else:
+        yield builder.notice_message(ap.question_text(agent, q, who=gate.who() if gate.listed else None))
+        builder.next_message()
+    if caps is None and steer is not None and steer.enabled:
+        until = min(expires, time.time() + (env.deadline - time.monotonic()) - min(ASK_RESERVE, 0.2 * env.limit))
+        while not future.done() and (left := until - time.time()) > 0:
+            await asyncio.sleep(min(POLL_INTERVAL, left))
+            env.touch()
+            for follow in await steer.pull_new():
+                d = ap.parse_answer(text_of(follow), q) if not future.done() else None
+                actor, actor_name = ap.actor_of(follow)
+                if d is None:
+                    steer.pending.append(follow)  # answered after this turn, like any follow-up
+                    if not future.done():
+                        yield builder.notice_message(
+                            "(Still waiting for an answer to the question above; your message comes next.)")
+                        builder.next_message()
+                    continue
+                if not gate.may_answer(actor):
+                    yield builder.notice_message(f"(Only {gate.who()} can answer this question.)")
+                    builder.next_message()
+                    yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
+                    continue
+                d.by = actor_name
+                for r in _answered(env, builder, agent, q, d):
+                    yield r
+                future.set_result(d)
+                break
+        if future.done():
+            return
+        if time.time() >= expires - 1.0:
+            d = ap.Decision(allow=False, timed_out=True, reason="nobody answered in time")
+            for r in _answered(env, builder, agent, q, d):
+                yield r
+            future.set_result(d)
+            return
+    # park: the run ends; the answer comes as a button (a new run) or a message in a later run
+    parked = ap.Parked(key=key, question=q, future=future, adapter=adapter, task=task, queue=queue, gate=gate,
+                       expires_at=expires, agent=agent, index=index)
+    ap.park(parked)
+    state.parked = parked
+    yield builder.state(env.pending_key, {"id": q.id, "title": q.title, "kind": q.kind, "agent": agent,
+                                          "asked_at": int(time.time()), "expires_at": int(expires)})
+    if caps is None and steer is not None and steer.enabled:
+        yield builder.notice_message("(The question stays open: answer it with your next message.)")
+        builder.next_message()
 
 
 def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotals) -> list[RunnerResult]:

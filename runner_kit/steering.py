@@ -32,7 +32,7 @@ def follow_up_mode(config: Any) -> str:
     return value if value in FOLLOW_UP_MODES else "next-turn"
 
 
-def _text_of(item: Any) -> str:
+def text_of(item: Any) -> str:
     inp = getattr(item, "input", None)
     if inp is None:
         return ""
@@ -58,18 +58,24 @@ class Steering:
 
     async def pull(self) -> int:
         """Take every follow-up the host holds for this run; how many arrived."""
+        items = await self.pull_new()
+        self.pending.extend(items)
+        return len(items)
+
+    async def pull_new(self) -> list[Any]:
+        """The follow-ups the host holds for this run, not yet added to ``pending`` (the caller
+        decides: an answer to a question is consumed, anything else goes to ``pending``)."""
         if not self.enabled:
-            return 0
+            return []
         try:
             result = await self.ctx.api.steering_pull(mode="all", limit=100)
         except Exception as exc:  # noqa: BLE001 - a failed pull must not fail the answer already given
             log.warning("could not pull follow-up messages from LangBot: %s", type(exc).__name__)
-            return 0
+            return []
         items = list(getattr(result, "items", None) or [])
         if items:
             log.info("%d follow-up message(s) for this run", len(items))
-        self.pending.extend(items)
-        return len(items)
+        return items
 
     def take(self) -> list[Any]:
         """The pending follow-ups, now handed to a turn."""
@@ -83,7 +89,7 @@ class Steering:
 
     def unanswered(self) -> list[str]:
         """Texts of follow-ups pulled but never answered (for the closing note)."""
-        return [_text_of(i) for i in (*self.in_turn, *self.pending)]
+        return [text_of(i) for i in (*self.in_turn, *self.pending)]
 
 
 async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> UserInput:

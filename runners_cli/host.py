@@ -291,6 +291,8 @@ class LocalHost:
     _grants: dict[str, dict[str, dict[str, set[str]]]] = field(default_factory=dict)
     _configs: dict[str, dict[str, Any]] = field(default_factory=dict)
     _answered: set[str] = field(default_factory=set)  # runs whose assistant message is in the transcript
+    #: interaction requests runs asked for (``action.requested`` / ``interaction.requested``), in order
+    interactions: list[dict[str, Any]] = field(default_factory=list)
 
     # --- conversation transcript (what history_page serves) --------------------------------
 
@@ -417,12 +419,19 @@ class LocalHost:
         deadline_at: float | None = None,
         surface: str = "platform",
         resources: dict[str, Any] | None = None,
+        interactions: bool = False,
+        interaction: dict[str, Any] | None = None,
     ) -> RunnerContext:
         """Build a RunnerContext the way LangBot 4.11.2's context builder does for a pipeline run.
         The run is granted what ``granted_resources`` derives from ``config``; ``resources`` adds to
         that (``{"tools": [{"tool_name": ..., "operations": ["call"]}], "knowledge_bases": [...]}``;
         plugin storage is granted unless it says otherwise). The grants are frozen for the run and
-        every model, tool and knowledge-base action is checked against them."""
+        every model, tool and knowledge-base action is checked against them.
+
+        ``interactions``: the platform renders interactions (a lark-omni style adapter: buttons, or
+        one field). ``interaction``: this run is a button click on an earlier request
+        (``{"interaction_id", "action_id", "values"}``), which LangBot delivers as a new
+        ``interaction.submitted`` run whose text is the literal ``submitted``."""
         ident = identity or Identity()
         config = dict(config or {})
         run_id = str(uuid.uuid4())
@@ -451,6 +460,9 @@ class LocalHost:
         if ident.conversation_id:
             state["conversation"].setdefault("external.conversation_id", ident.conversation_id)
         event_id = str(uuid.uuid4())
+        event_type = "message.received"
+        if interaction is not None:
+            event_type, text, contents = "interaction.submitted", "submitted", None
         contents = contents if contents is not None else ([{"type": "text", "text": text}] if text else [])
         if ident.conversation_id:
             self._record_user(ident, event_id, text, contents, attachments or [])
@@ -467,10 +479,10 @@ class LocalHost:
             }
         data = {
             "run_id": run_id,
-            "trigger": {"type": "message.received", "source": "platform", "timestamp": int(time.time())},
+            "trigger": {"type": event_type, "source": "platform", "timestamp": int(time.time())},
             "event": {
                 "event_id": event_id,
-                "event_type": "message.received",
+                "event_type": event_type,
                 "event_time": int(time.time()),
                 "source": "platform",
             },
@@ -482,9 +494,15 @@ class LocalHost:
                 "text": text,
                 "contents": contents,
                 "attachments": attachments or [],
+                **({"interaction": {"submitted_at": int(time.time()), "values": {}, **interaction}}
+                   if interaction is not None else {}),
             },
             # a pipeline delivers automatically; agent debug (surface webui) does not
-            "delivery": {"surface": surface, "automatic_reply": surface == "platform", "supports_streaming": True},
+            "delivery": {"surface": surface, "automatic_reply": surface == "platform", "supports_streaming": True,
+                         **({"interactions": {"field_types": ["text", "textarea", "number", "select"],
+                                              "action_styles": ["default", "primary", "danger"],
+                                              "supports_updates": True, "max_fields": 1}}
+                            if interactions else {})},
             "resources": granted,
             "context": {
                 "conversation_id": ident.conversation_id,
@@ -515,6 +533,8 @@ class LocalHost:
         run's completed assistant message into the conversation transcript."""
         rtype = getattr(result.type, "value", result.type)
         ident = self._runs.get(run_id)
+        if rtype == "action.requested" and (result.data or {}).get("action") == "interaction.requested":
+            self.interactions.append(dict(result.data.get("payload") or {}))
         if ident is not None and ident.conversation_id:
             self._record_assistant(run_id, ident, result, rtype)
         if rtype != "state.updated":
@@ -747,10 +767,14 @@ class LocalHost:
             return {"results": list(self.kb_results)}
         raise ActionCallError(f"Knowledge base {kb_id} not found")
 
-    def queue_steering(self, run_ctx: RunnerContext, text: str) -> None:
-        """Claim a follow-up message for an active run (what LangBot does on a new message)."""
+    def queue_steering(self, run_ctx: RunnerContext, text: str, identity: Identity | None = None) -> None:
+        """Claim a follow-up message for an active run (what LangBot does on a new message);
+        ``identity`` is who sent it (default: the run's own sender)."""
+        ident = identity or self._runs.get(run_ctx.run_id) or Identity()
         self.steering.append(
             {
+                "actor": {"actor_type": ident.actor_type, "actor_id": ident.actor_id,
+                          "actor_name": ident.actor_name} if ident.actor_id else None,
                 "claimed_run_id": run_ctx.run_id,
                 "runner_id": self.runner_id,
                 "claimed_at": int(time.time()),

@@ -1,0 +1,386 @@
+"""Questions a coding agent asks the chat (approvals, and questions to the user), and their answers.
+
+An adapter in ``permission-mode: ask`` calls ``await env.ask(Question(...))`` from wherever its agent
+asks (an ACP ``session/request_permission``, a Codex approval request, a Claude Code
+``can_use_tool`` control request) and gets a :class:`Decision`. The kit does the rest (see
+``runner.py``):
+
+- a request of a kind already allowed "for this session" is allowed at once (kept in conversation
+  state per agent session, so a reset or a new session forgets it);
+- otherwise the chat gets one short question. Where the host renders interactions
+  (``ctx.delivery.interactions``) it carries buttons and the run ends at once, leaving the agent
+  process waiting in this plugin process (:data:`PARKED`): the click comes back as a new run
+  (``interaction.submitted``), which attaches to it, answers and streams the rest of the turn. Where
+  it does not, the run stays open and takes a typed reply through ``steering_pull``; when the run's
+  own deadline comes first, the question is parked the same way and a typed reply in a later run
+  answers it;
+- only the person whose message started the turn, or one of ``approvers``, may answer; no answer
+  within ``approval-timeout`` is a denial, said in the chat and told to the agent.
+
+LangBot never lets a button reach the run that asked (interactions.md §2): that is why a waiting
+agent is parked rather than the run kept open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from .logs import get_logger
+
+log = get_logger("runner_kit.approvals")
+
+DEFAULT_APPROVAL_TIMEOUT = 600.0
+PARK_GRACE = 5.0  # after a parked question timed out: how long the agent gets to take the denial
+MEMORY_SUFFIX = ".approvals"  # conversation state: {"session": <agent session>, "allow": [scopes]}
+PENDING_SUFFIX = ".pending-question"  # conversation state: the question a parked agent waits on
+
+ALLOW, ALWAYS, DENY, ANSWER = "allow", "always", "deny", "answer"
+ACTIONS = {ALLOW: "Allow once", ALWAYS: "Allow for this session", DENY: "Deny"}
+
+_WORDS: dict[str, tuple[str, ...]] = {
+    ALWAYS: ("always", "allow always", "always allow", "allow for session", "allow for this session",
+             "总是允许", "始终允许", "一直允许", "本次会话允许", "总是", "始终"),
+    ALLOW: ("allow", "allow once", "yes", "y", "ok", "okay", "approve", "approved", "go ahead",
+            "允许", "同意", "批准", "可以", "好", "好的", "是", "允许一次"),
+    DENY: ("deny", "no", "n", "reject", "refuse", "denied", "拒绝", "不", "不行", "不允许", "不要", "否"),
+}
+_TRAILING = " \t\r\n.!?。！？~"
+_SEPARATORS = " \t\r\n:：,，;；-—。.!！"
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.strip().lower().split()).strip(_TRAILING)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    value: str
+    label: str
+    description: str | None = None
+
+
+@dataclass(slots=True)
+class Question:
+    """What the agent asks.
+
+    ``kind`` ``permission``: may it do ``title`` (one line: the command, or the file and what
+    changes); ``scope`` names the kind of request that "allow for this session" covers (e.g.
+    ``shell:git``, ``edit``). ``kind`` ``question``: the agent asks the user ``title``, with
+    ``options`` to pick from and/or a free-text answer."""
+
+    title: str
+    detail: str = ""
+    kind: str = "permission"
+    scope: str = ""
+    options: list[Option] = field(default_factory=list)
+    free_text: bool = True
+    id: str = field(default_factory=lambda: f"ask-{uuid.uuid4().hex[:16]}")
+
+
+@dataclass(slots=True)
+class Decision:
+    """The answer: ``allow`` (``always``: for the rest of the agent session) or not, with the deny
+    ``reason``; for a question, ``answer`` is the chosen option's value or the typed text."""
+
+    allow: bool
+    always: bool = False
+    reason: str | None = None
+    answer: str | None = None
+    by: str | None = None
+    timed_out: bool = False
+    remembered: bool = False
+
+    @property
+    def word(self) -> str:
+        if self.answer is not None:
+            return ANSWER
+        return ALWAYS if self.always else ALLOW if self.allow else DENY
+
+
+def parse_answer(text: str, question: Question) -> Decision | None:
+    """A typed reply read as an answer to ``question``; None when it is not one.
+
+    Permission: ``allow``/``always``/``deny`` (and the Chinese words), a reason may follow ``deny``.
+    Question: an option's number, value or label; any other text when ``free_text``."""
+    raw = (text or "").strip()
+    if not raw:
+        return None
+    low = _norm(raw)
+    if question.kind == "question":
+        for i, opt in enumerate(question.options, 1):
+            if low in (str(i), _norm(opt.value), _norm(opt.label)):
+                return Decision(allow=True, answer=opt.value)
+        if question.free_text:
+            return Decision(allow=True, answer=raw)
+        return None
+    for word in _WORDS[ALWAYS] + _WORDS[ALLOW]:
+        if low == word:
+            return Decision(allow=True, always=word in _WORDS[ALWAYS])
+    for word in sorted(_WORDS[DENY], key=len, reverse=True):
+        if low == word:
+            return Decision(allow=False)
+        if low.startswith(word):
+            rest = raw.strip()[len(word):]
+            if word.isascii() and rest[:1] not in tuple(_SEPARATORS):
+                continue  # "note…" is not "no"
+            reason = rest.strip(_SEPARATORS)
+            return Decision(allow=False, reason=reason or None)
+    return None
+
+
+def from_submission(submission: Any, question: Question) -> Decision | None:
+    """A button or form answer (``ctx.input.interaction``) to ``question``."""
+    action = getattr(submission, "action_id", None)
+    values = getattr(submission, "values", None) or {}
+    if question.kind == "question":
+        if action and action.startswith("opt-") and action[4:].isdigit():
+            i = int(action[4:])
+            if 0 <= i < len(question.options):
+                return Decision(allow=True, answer=question.options[i].value)
+        value = values.get("answer")
+        if isinstance(value, str) and value.strip():
+            return Decision(allow=True, answer=value.strip())
+        return None
+    if action in (ALLOW, ALWAYS, DENY):
+        return Decision(allow=action != DENY, always=action == ALWAYS)
+    return None
+
+
+# --- what the chat sees ------------------------------------------------------------------------
+
+
+def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
+    """The question as one short message, with how to answer it in words."""
+    lines = []
+    if q.kind == "question":
+        lines.append(f"❓ {agent} asks: {q.title}")
+        if q.detail:
+            lines.append(q.detail)
+        for i, opt in enumerate(q.options, 1):
+            lines.append(f"{i}. {opt.label}" + (f" — {opt.description}" if opt.description else ""))
+        how = "Reply with a number" if q.options else "Reply with your answer"
+        if q.options and q.free_text:
+            how += " or your own answer"
+        lines.append(how + ". / 请回复" + ("编号" if q.options else "你的答案") + "。")
+    else:
+        lines.append(f"🔐 {agent} wants to {q.title}")
+        if q.detail:
+            lines.append(q.detail)
+        lines.append("Reply allow (once), always (for this session) or deny (a reason may follow). "
+                     "/ 回复 允许、总是允许 或 拒绝（可附理由）。")
+    if who:
+        lines.append(f"(Only {who} can answer.)")
+    return "\n".join(lines)
+
+
+def interaction_request(agent: str, q: Question, expires_at: float | None, caps: Any) -> dict[str, Any]:
+    """The ``InteractionRequest`` for ``q``: buttons (actions only), or one text field; every
+    platform renders one of the two (interactions.md §3)."""
+    request: dict[str, Any] = {
+        "interaction_id": q.id,
+        "title": (f"{agent} asks" if q.kind == "question" else f"{agent} asks for permission")[:1000],
+        "description": (q.title + (f"\n{q.detail}" if q.detail else ""))[:10000],
+        "fallback_text": question_text(agent, q)[:20000],
+    }
+    if expires_at is not None:
+        request["expires_at"] = int(expires_at)
+    styles = set(getattr(caps, "action_styles", None) or ["default", "primary", "danger"])
+
+    def style(s: str) -> str:
+        return s if s in styles else "default"
+
+    if q.kind != "question":
+        request["kind"] = "confirmation"
+        request["actions"] = [{"id": ALLOW, "label": ACTIONS[ALLOW], "style": style("primary")},
+                              {"id": ALWAYS, "label": ACTIONS[ALWAYS], "style": style("default")},
+                              {"id": DENY, "label": ACTIONS[DENY], "style": style("danger")}]
+    elif q.options and len(q.options) <= 20:
+        request["kind"] = "choice"
+        request["actions"] = [{"id": f"opt-{i}", "label": opt.label[:200] or opt.value[:200], "style": "default"}
+                              for i, opt in enumerate(q.options)]
+    else:
+        request["kind"] = "form"
+        request["fields"] = [{"id": "answer", "label": "Answer", "type": "textarea", "required": True}]
+    return request
+
+
+# --- who may answer, how long ------------------------------------------------------------------
+
+
+def approvers(config: Any) -> list[str]:
+    raw = config.get("approvers") if config is not None else None
+    items = raw if isinstance(raw, list) else re.split(r"[,\n]", str(raw or ""))
+    return [s for s in (str(i).strip() for i in items) if s]
+
+
+def approval_timeout(config: Any) -> float:
+    value = config.get("approval-timeout") if config is not None else None
+    try:
+        t = float(value) if value not in (None, "") else DEFAULT_APPROVAL_TIMEOUT
+    except (TypeError, ValueError):
+        t = DEFAULT_APPROVAL_TIMEOUT
+    return t if t > 0 else DEFAULT_APPROVAL_TIMEOUT
+
+
+def actor_of(item: Any) -> tuple[str | None, str | None]:
+    """``(actor id, display name)`` of a run context or a steering item."""
+    actor = getattr(item, "actor", None)
+    if actor is not None and getattr(actor, "actor_id", None):
+        return str(actor.actor_id), getattr(actor, "actor_name", None) or str(actor.actor_id)
+    conv = getattr(item, "conversation", None)
+    sender = getattr(conv, "sender_id", None) if conv is not None else None
+    return (str(sender), str(sender)) if sender else (None, None)
+
+
+@dataclass(slots=True)
+class Gate:
+    """Who may answer this question: the asker, or anyone listed in ``approvers``."""
+
+    asker: str | None
+    asker_name: str | None
+    listed: list[str]
+
+    def may_answer(self, actor: str | None) -> bool:
+        if self.listed:
+            return actor in self.listed or (actor is not None and actor == self.asker)
+        return self.asker is None or actor == self.asker
+
+    def who(self) -> str:
+        names = [self.asker_name or self.asker or "the person who asked"]
+        names += [a for a in self.listed if a != self.asker]
+        return ", ".join(n for n in names if n)
+
+
+# --- the session memory ------------------------------------------------------------------------
+
+
+class Memory:
+    """Kinds of request allowed "for this session", per agent session (conversation state)."""
+
+    def __init__(self, key: str, stored: Any):
+        self.key = key
+        self.session: str | None = None
+        self.scopes: set[str] = set()
+        if isinstance(stored, dict) and isinstance(stored.get("allow"), list):
+            self.session = stored.get("session") if isinstance(stored.get("session"), str) else None
+            self.scopes = {s for s in stored["allow"] if isinstance(s, str)}
+
+    def allows(self, scope: str, session: str | None) -> bool:
+        return bool(scope) and session is not None and session == self.session and scope in self.scopes
+
+    def remember(self, scope: str, session: str | None) -> dict[str, Any] | None:
+        """Add ``scope``; the value to store (None when nothing changed)."""
+        if not scope or session is None:
+            return None
+        if session != self.session:
+            self.session, self.scopes = session, set()
+        if scope in self.scopes:
+            return None
+        self.scopes.add(scope)
+        return {"session": session, "allow": sorted(self.scopes)}
+
+
+# --- parked agents ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Parked:
+    """An agent turn waiting in this process for the answer to ``question``."""
+
+    key: str
+    question: Question
+    future: asyncio.Future[Decision]
+    adapter: Any
+    task: asyncio.Task[None]
+    queue: asyncio.Queue[Any]
+    gate: Gate
+    expires_at: float
+    agent: str
+    index: int = 0
+    timer: asyncio.TimerHandle | None = None
+    closing: asyncio.Task[None] | None = None
+
+
+PARKED: dict[str, Parked] = {}
+
+
+def conversation_key(ctx: Any, platform: str) -> str | None:
+    """Where a parked agent is found again: the plugin, bot, conversation and thread."""
+    conv = getattr(ctx, "conversation", None)
+    cid = getattr(conv, "conversation_id", None) if conv is not None else None
+    if not cid:
+        return None
+    return "|".join(str(x or "") for x in (platform, getattr(conv, "bot_id", None), cid,
+                                            getattr(conv, "thread_id", None)))
+
+
+def park(p: Parked) -> None:
+    """Keep ``p`` until it is answered or ``p.expires_at``; then it is denied and closed."""
+    old = PARKED.pop(p.key, None)
+    if old is not None:
+        _expire(old, "a newer question replaced it")
+    PARKED[p.key] = p
+    loop = asyncio.get_running_loop()
+    p.timer = loop.call_at(loop.time() + max(p.expires_at - time.time(), 0.0), _expire, p, None)
+
+
+def claim(key: str | None) -> Parked | None:
+    """Take the parked turn of this conversation (its expiry is cancelled)."""
+    if key is None:
+        return None
+    p = PARKED.pop(key, None)
+    if p is not None and p.timer is not None:
+        p.timer.cancel()
+    return p
+
+
+def put_back(p: Parked) -> None:
+    """Leave ``p`` waiting (the run that looked at it did not answer it)."""
+    PARKED[p.key] = p
+    loop = asyncio.get_running_loop()
+    p.timer = loop.call_at(loop.time() + max(p.expires_at - time.time(), 0.0), _expire, p, None)
+
+
+def _expire(p: Parked, why: str | None) -> None:
+    if PARKED.get(p.key) is p:
+        del PARKED[p.key]
+    if not p.future.done():
+        p.future.set_result(Decision(allow=False, timed_out=why is None,
+                                     reason=why or "nobody answered in time"))
+    log.info("%s: question %s %s: denied", p.agent, p.question.id, "expired" if why is None else why)
+    p.closing = asyncio.ensure_future(_close_parked(p))
+
+
+async def _close_parked(p: Parked) -> None:
+    """Give the agent a moment to take the denial into its session, then stop it."""
+    try:
+        await asyncio.sleep(PARK_GRACE)
+        if not p.task.done():
+            p.task.cancel()
+        for step in (p.adapter.cancel, p.adapter.close):
+            try:
+                await asyncio.wait_for(step(), 5.0)
+            except BaseException:  # noqa: BLE001 - best effort, nobody is waiting on this
+                pass
+    except asyncio.CancelledError:
+        pass
+
+
+async def close_all() -> None:
+    """Stop every parked agent (plugin shutdown, tests)."""
+    for p in list(PARKED.values()):
+        claim(p.key)
+        if not p.future.done():
+            p.future.set_result(Decision(allow=False, reason="the plugin is shutting down"))
+        if not p.task.done():
+            p.task.cancel()
+        for step in (p.adapter.cancel, p.adapter.close):
+            try:
+                await asyncio.wait_for(step(), 5.0)
+            except BaseException:  # noqa: BLE001
+                pass

@@ -1,0 +1,286 @@
+"""Questions from a coding agent to the chat (runner_kit.approvals): typed answers inside the run,
+buttons through a new run, who may answer, timeouts, "allow for this session"."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from runner_kit import approvals as ap
+from runner_kit import events as ev
+from runner_kit.config import ConfigSchema
+from runner_kit.runner import Adapter
+from runners_cli.host import Identity
+from tests.helpers import messages, rtype, scripted_runner, terminal
+
+SCHEMA = ConfigSchema.from_items(
+    [
+        {"name": "timeout", "type": "float", "default": 60},
+        {"name": "approval-timeout", "type": "float", "default": 600},
+        {"name": "approvers", "type": "array[string]", "default": []},
+        {"name": "follow-up-mode", "type": "select", "default": "next-turn",
+         "options": [{"name": "next-turn"}, {"name": "interrupt"}]},
+    ]
+)
+
+
+class Asker(Adapter):
+    """A scripted agent: says something, asks ``questions`` one by one, reports each decision."""
+
+    platform = "Asker"
+    session_key = "asker.session"
+    multi_turn = True
+    questions: list = []
+    log: list = []
+
+    async def turn(self, inp, index):
+        yield ev.SessionId("sess-1")
+        yield ev.Text(f"Working on {inp.text}.")
+        for q in type(self).questions if index == 0 else []:
+            d = await self.env.ask(ap.Question(**q))
+            type(self).log.append(d)
+            yield ev.Text(f" [{q['title']}: {d.word}{' because ' + d.reason if d.reason else ''}]")
+        yield ev.Text(" Done.")
+
+    async def close(self):
+        type(self).log.append("close")
+
+
+RM = {"title": "run a command: rm -rf build", "detail": "in the workspace", "scope": "shell:rm"}
+
+
+@pytest.fixture(autouse=True)
+async def no_parked():
+    yield
+    await ap.close_all()
+
+
+def make(*questions):
+    return scripted_runner(Asker, SCHEMA, questions=list(questions), log=[])
+
+
+texts = messages
+
+
+async def drive(runner, host, ctx, answers=(), when="wants to"):
+    """Run ``ctx``; each time a question reaches the chat, the next of ``answers`` is typed
+    (``(text, identity)`` or text)."""
+    answers = list(answers)
+    out = []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+        if rtype(r) == "message.completed" and answers:
+            content = r.data["message"]["content"]
+            if isinstance(content, str) and (when in content or "Only" in content):
+                a = answers.pop(0)
+                text, ident = a if isinstance(a, tuple) else (a, None)
+                host.queue_steering(ctx, text, ident)
+    return out
+
+
+# --- reading answers ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("text", "word", "reason"), [
+    ("allow", "allow", None), ("Yes!", "allow", None), ("允许", "allow", None), ("同意。", "allow", None),
+    ("always", "always", None), ("总是允许", "always", None), ("allow for this session", "always", None),
+    ("deny", "deny", None), ("no", "deny", None), ("拒绝", "deny", None),
+    ("deny: too risky", "deny", "too risky"), ("no, use git clean", "deny", "use git clean"),
+    ("拒绝，太危险了", "deny", "太危险了"),
+])
+def test_typed_answers_are_read_in_english_and_chinese(text, word, reason):
+    d = ap.parse_answer(text, ap.Question(title="x"))
+    assert d is not None and d.word == word and d.reason == reason
+
+
+@pytest.mark.parametrize("text", ["note that", "please fix the tests", "allow me to explain", "nothing", ""])
+def test_other_messages_are_not_answers(text):
+    assert ap.parse_answer(text, ap.Question(title="x")) is None
+
+
+def test_question_answers_pick_options_by_number_value_or_label():
+    q = ap.Question(title="Which database?", kind="question",
+                    options=[ap.Option("pg", "PostgreSQL"), ap.Option("sqlite", "SQLite")], free_text=False)
+    assert ap.parse_answer("2", q).answer == "sqlite"
+    assert ap.parse_answer("postgresql", q).answer == "pg"
+    assert ap.parse_answer("mysql", q) is None
+    q.free_text = True
+    assert ap.parse_answer("MySQL 8", q).answer == "MySQL 8"
+
+
+def test_interaction_request_is_buttons_or_one_field_and_valid_for_the_sdk():
+    from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest
+
+    perm = ap.interaction_request("Claude Code", ap.Question(**RM), 2e9, None)
+    assert [a["id"] for a in perm["actions"]] == ["allow", "always", "deny"] and "fields" not in perm
+    InteractionRequest.model_validate(perm)
+    choice = ap.interaction_request("Codex", ap.Question(title="Pick", kind="question",
+                                                         options=[ap.Option("a", "A"), ap.Option("b", "B")]), None, None)
+    assert [a["id"] for a in choice["actions"]] == ["opt-0", "opt-1"]
+    InteractionRequest.model_validate(choice)
+    free = ap.interaction_request("Codex", ap.Question(title="Name?", kind="question"), None, None)
+    assert len(free["fields"]) == 1 and "actions" not in free
+    InteractionRequest.model_validate(free)
+
+
+# --- typed answers inside the run ---------------------------------------------------------------
+
+
+async def test_typed_allow_once_is_taken_inside_the_run_and_not_sent_as_a_prompt():
+    runner, host, cls = make(RM)
+    ctx = host.make_context("clean up", steering=True)
+    out = await drive(runner, host, ctx, ["allow"])
+    terminal(out)
+    said = texts(out)
+    assert said[0] == "Working on clean up."
+    assert "rm -rf build" in said[1] and "allow" in said[1] and "拒绝" in said[1]
+    assert said[-1].endswith("[run a command: rm -rf build: allow] Done.")
+    assert cls.log[0].allow and not cls.log[0].always and cls.log[0].by == "Tester"
+    assert not [r for r in out if rtype(r) == "action.requested"], "no interaction where the host cannot show one"
+    logs = [r.data["text"] for r in out if rtype(r) == "processor.log"]
+    assert any("allowed once by Tester" in t for t in logs)
+
+
+async def test_deny_with_a_reason_reaches_the_agent():
+    runner, host, cls = make(RM)
+    out = await drive(runner, host, host.make_context("clean up", steering=True), ["deny: keep the build dir"])
+    assert texts(out)[-1].endswith("[run a command: rm -rf build: deny because keep the build dir] Done.")
+    assert any("denied by Tester: keep the build dir" in r.data["text"] for r in out if rtype(r) == "processor.log")
+
+
+async def test_allow_for_session_is_not_asked_again_in_this_run_or_the_next():
+    runner, host, cls = make(RM, dict(RM, title="run a command: rm -rf dist"))
+    out = await drive(runner, host, host.make_context("clean", steering=True), ["always"])
+    asked = [t for t in texts(out) if "wants to" in t]
+    assert len(asked) == 1, "the second rm was covered by 'always'"
+    assert [d.word for d in cls.log if d != "close"] == ["always", "always"]
+    assert cls.log[1].remembered
+    cls.log.clear()
+    out2 = await drive(runner, host, host.make_context("clean again", steering=True))
+    assert not [t for t in texts(out2) if "wants to" in t], "remembered for the agent session"
+    assert all(d.remembered for d in cls.log if d != "close")
+
+
+async def test_allow_for_session_is_forgotten_on_reset():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", steering=True), ["always"])
+    host.reset_conversation()
+    cls.log.clear()
+    out = await drive(runner, host, host.make_context("clean", steering=True), ["allow"])
+    assert [t for t in texts(out) if "wants to" in t], "asked again after the reset"
+
+
+async def test_someone_else_cannot_answer_and_the_question_stays_open():
+    runner, host, cls = make(RM)
+    other = Identity(actor_id="u-2", actor_name="Mallory")
+    out = await drive(runner, host, host.make_context("clean", steering=True), [("allow", other), "deny"])
+    said = texts(out)
+    assert any("Only Tester can answer" in t for t in said)
+    assert cls.log[0].word == "deny" and cls.log[0].by == "Tester"
+
+
+async def test_an_approver_from_config_can_answer():
+    runner, host, cls = make(RM)
+    lead = Identity(actor_id="lead-7", actor_name="Lead")
+    ctx = host.make_context("clean", steering=True, config={"approvers": ["lead-7"]})
+    out = await drive(runner, host, ctx, [("allow", lead)])
+    assert cls.log[0].allow and cls.log[0].by == "Lead"
+    assert any("Only Tester, lead-7 can answer" in t for t in texts(out))
+
+
+async def test_no_answer_within_the_approval_timeout_is_a_visible_denial():
+    runner, host, cls = make(RM)
+    ctx = host.make_context("clean", steering=True, config={"approval-timeout": 1.2})
+    out = await drive(runner, host, ctx)
+    said = texts(out)
+    assert any("No answer within" in t for t in said)
+    assert cls.log[0].timed_out and not cls.log[0].allow
+    assert said[-1].endswith("deny because nobody answered in time] Done.")
+    assert rtype(out[-1]) == "run.completed"
+
+
+async def test_other_messages_while_waiting_are_answered_after_the_turn():
+    runner, host, cls = make(RM)
+    ctx = host.make_context("clean", steering=True)
+    out = await drive(runner, host, ctx, ["what are you doing?", "allow"], when="")
+    said = texts(out)
+    assert any("Still waiting" in t for t in said)
+    assert cls.log[0].allow
+    assert said[-1] == "Working on what are you doing?. Done.", "the other message became the next turn"
+
+
+# --- buttons and later runs ---------------------------------------------------------------------
+
+
+async def test_button_answer_arrives_as_a_new_run_that_finishes_the_turn():
+    runner, host, cls = make(RM)
+    out1 = await drive(runner, host, host.make_context("clean", interactions=True, steering=True))
+    assert rtype(terminal(out1)) == "run.completed"
+    assert texts(out1) == ["Working on clean."], "the question goes out as buttons, not as text"
+    (req,) = host.interactions
+    assert [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
+    assert "rm -rf build" in req["fallback_text"]
+    assert "close" not in cls.log, "the agent waits in the plugin process"
+    out2 = await drive(runner, host, host.make_context(
+        interactions=True, interaction={"interaction_id": req["interaction_id"], "action_id": "allow"}))
+    assert texts(out2)[-1] == " [run a command: rm -rf build: allow] Done."
+    assert cls.log[0].allow and cls.log[-1] == "close"
+    assert rtype(terminal(out2)) == "run.completed"
+
+
+async def test_typed_answer_in_a_later_run_answers_a_parked_question():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean"))  # no steering: the question is parked
+    out = await drive(runner, host, host.make_context("拒绝，先备份"))
+    assert texts(out)[-1].endswith("deny because 先备份] Done.")
+
+
+async def test_a_new_message_instead_of_an_answer_denies_and_comes_next():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", interactions=True))
+    cls.questions = []
+    out = await drive(runner, host, host.make_context("just list the files", interactions=True))
+    said = texts(out)
+    assert any("was told no" in t for t in said)
+    assert said[-1] == "Working on just list the files. Done."
+    assert cls.log[0].word == "deny"
+
+
+async def test_a_click_after_the_agent_is_gone_says_so_in_one_line():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", interactions=True))
+    (req,) = host.interactions
+    await ap.close_all()  # the plugin restarted
+    out = await drive(runner, host, host.make_context(
+        interactions=True, interaction={"interaction_id": req["interaction_id"], "action_id": "allow"}))
+    (line,) = texts(out)
+    assert "no longer waiting" in line and "restarted" in line
+    assert rtype(terminal(out)) == "run.completed"
+    cls.questions = []
+    out = await drive(runner, host, host.make_context("hello again"))
+    assert texts(out) == ["Working on hello again. Done."], "the conversation goes on normally"
+
+
+async def test_a_parked_question_expires_into_a_denial():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", interactions=True, config={"approval-timeout": 0.3}))
+    await asyncio.sleep(0.6)
+    assert cls.log and cls.log[0].timed_out
+    out = await drive(runner, host, host.make_context("allow", interactions=True))
+    (line,) = texts(out)
+    assert "no longer waiting" in line and "nobody answered in time" in line
+
+
+async def test_a_click_by_someone_else_leaves_the_question_open():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", interactions=True))
+    (req,) = host.interactions
+    other = Identity(actor_id="u-2", actor_name="Mallory")
+    out = await drive(runner, host, host.make_context(
+        identity=other, interactions=True, interaction={"interaction_id": req["interaction_id"], "action_id": "allow"}))
+    assert any("Only Tester can answer" in t for t in texts(out))
+    out = await drive(runner, host, host.make_context(
+        interactions=True, interaction={"interaction_id": req["interaction_id"], "action_id": "deny"}))
+    assert cls.log[0].word == "deny" and texts(out)[-1].endswith("deny] Done.")
