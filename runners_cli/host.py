@@ -461,7 +461,9 @@ class LocalHost:
             state["conversation"].setdefault("external.conversation_id", ident.conversation_id)
         event_id = str(uuid.uuid4())
         event_type = "message.received"
+        submitted: dict[str, Any] = {}
         if interaction is not None:
+            submitted = {"interaction": {"submitted_at": int(time.time()), "values": {}, **interaction}}
             event_type, text, contents = "interaction.submitted", "submitted", None
         contents = contents if contents is not None else ([{"type": "text", "text": text}] if text else [])
         if ident.conversation_id:
@@ -494,8 +496,7 @@ class LocalHost:
                 "text": text,
                 "contents": contents,
                 "attachments": attachments or [],
-                **({"interaction": {"submitted_at": int(time.time()), "values": {}, **interaction}}
-                   if interaction is not None else {}),
+                **submitted,
             },
             # a pipeline delivers automatically; agent debug (surface webui) does not
             "delivery": {"surface": surface, "automatic_reply": surface == "platform", "supports_streaming": True,
