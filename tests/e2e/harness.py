@@ -451,6 +451,25 @@ class Host:
                  json={"name": name, "description": current.get("description") or "", "config": config})
         return pipeline
 
+    def create_lark_bot(self, name: str, pipeline: str, lark: FakeLark) -> str:
+        """A webhook-mode ``lark-omni`` bot (the adapter that renders interactions as card buttons)
+        pointed at ``lark``, routing every message to ``pipeline``; returns its uuid."""
+        body = {
+            "name": name, "description": "", "adapter": "lark-omni", "enable": True,
+            "adapter_config": {"app_id": "cli_e2e", "app_secret": "secret-e2e", "domain": "custom",
+                               "custom_domain": lark.base_url, "enable-webhook": True,
+                               "verification-token": lark.token, "encrypt-key": "",
+                               "enable-stream-reply": False},
+            "event_bindings": [{"event_pattern": "message.received", "target_type": "pipeline",
+                                "target_uuid": pipeline, "filters": [], "priority": 0, "enabled": True}],
+        }
+        return str(self.data("POST", "/api/v1/platform/bots", json=body)["uuid"])
+
+    def lark_webhook(self, bot: str, body: dict[str, Any]) -> httpx.Response:
+        """POST a Lark event callback to the bot's webhook, as Lark's servers do."""
+        assert self.client is not None
+        return self.client.post(f"/bots/{bot}", json=body)
+
     def create_llm_model(self, model_name: str, *, base_url: str, api_key: str,
                          abilities: tuple[str, ...] = ("func_call",), context_length: int | None = None,
                          requester: str = "openai-chat-completions") -> str:
@@ -784,3 +803,97 @@ def run_inputs(host: Host, run_id: str) -> Any:
     data = host.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "inputs"})
     return data
 
+
+
+# --- a fake Lark Open API (../shared/recipes/fake_lark.py) for a lark-omni bot ---------------------
+
+LARK_RECIPE = Path(__file__).resolve().parents[3] / "shared" / "recipes" / "fake_lark.py"
+
+
+class FakeLark:
+    """The shared fake Lark Open API on a free loopback port, in its own process (stopped by PID).
+
+    It logs every call LangBot's lark-omni adapter makes (tokens, bot info, CardKit cards, messages)
+    and answers with Lark's success shapes; :meth:`message` and :meth:`click` build the webhook
+    events Lark would send for a user's text and a button click."""
+
+    token = "vt-e2e"
+    user = "ou_e2e_user"
+
+    def __init__(self, root: Path):
+        if not LARK_RECIPE.is_file():
+            pytest.skip(f"the fake Lark API recipe is missing ({LARK_RECIPE.name} beside the repository)")
+        self.port = free_port()
+        self.log = root / "fake_lark.jsonl"
+        self.log.write_text("")
+        self.popen = subprocess.Popen([sys.executable, str(LARK_RECIPE), str(self.port), str(self.log)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.base_url = f"http://{LOOPBACK}:{self.port}"
+        self._n = 0
+        wait_for("the fake Lark API", lambda: not _port_free(self.port), 20)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(timeout=5)
+
+    def calls(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def _header(self, event_type: str) -> dict[str, Any]:
+        self._n += 1
+        return {"event_id": f"ev-{uuid.uuid4().hex}", "token": self.token, "create_time": str(int(time.time() * 1000)),
+                "event_type": event_type, "tenant_key": "tk-e2e", "app_id": "cli_e2e"}
+
+    def message(self, text: str) -> dict[str, Any]:
+        """An ``im.message.receive_v1`` event: the user writes ``text`` to the bot in a private chat."""
+        return {"schema": "2.0", "header": self._header("im.message.receive_v1"), "event": {
+            "sender": {"sender_id": {"open_id": self.user, "user_id": "u_e2e", "union_id": "on_e2e"},
+                       "sender_type": "user", "tenant_key": "tk-e2e"},
+            "message": {"message_id": f"om_in_{uuid.uuid4().hex[:12]}", "create_time": str(int(time.time() * 1000)),
+                        "chat_id": "oc_p2p", "chat_type": "p2p", "message_type": "text",
+                        "content": json.dumps({"text": text})}}}
+
+    def click(self, value: dict[str, Any], message_id: str = "om_out_1") -> dict[str, Any]:
+        """A ``card.action.trigger`` event: the user clicks the button whose value is ``value``."""
+        return {"schema": "2.0", "header": self._header("card.action.trigger"), "event": {
+            "operator": {"open_id": self.user, "user_id": "u_e2e"},
+            "action": {"tag": "button", "value": value},
+            "context": {"open_message_id": message_id, "open_chat_id": "oc_p2p"}}}
+
+    def buttons(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(label, callback value)`` of every interaction button in the cards LangBot sent."""
+        found: list[tuple[str, dict[str, Any]]] = []
+
+        def walk(node: Any) -> None:
+            if isinstance(node, str) and node.startswith("{") and '"lbi"' in node:
+                with contextlib.suppress(ValueError):
+                    walk(json.loads(node))
+                return
+            if isinstance(node, dict):
+                if node.get("tag") == "button":
+                    for b in node.get("behaviors") or []:
+                        if isinstance(b, dict) and isinstance(b.get("value"), dict) and "lbi" in b["value"]:
+                            text = node.get("text") or {}
+                            found.append((str(text.get("content") if isinstance(text, dict) else text), b["value"]))
+                for v in node.values():
+                    walk(v)
+            elif isinstance(node, list):
+                for v in node:
+                    walk(v)
+
+        for call in self.calls():
+            walk(call.get("body"))
+        return found
+
+    def texts(self) -> list[str]:
+        """Every text the bot sent or put on a card, in order (message bodies and card updates)."""
+        out: list[str] = []
+        for call in self.calls():
+            body = call.get("body")
+            out.append(json.dumps(body, ensure_ascii=False) if not isinstance(body, str) else body)
+        return out
