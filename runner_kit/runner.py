@@ -536,6 +536,8 @@ async def _pump(
     async def poll(steer: Steering) -> None:
         while True:
             await asyncio.sleep(POLL_INTERVAL)
+            if steer.hold:  # a question is open: its answer must not interrupt the turn
+                continue
             if await steer.pull():
                 queue.put_nowait(_STEERED)
                 return
@@ -765,30 +767,13 @@ async def _asking(
         yield builder.notice_message(ap.question_text(agent, q, who=gate.who() if gate.listed else None))
         builder.next_message()
     if caps is None and steer is not None and steer.enabled:
-        until = min(expires, time.time() + (env.deadline - time.monotonic()) - min(ASK_RESERVE, 0.2 * env.limit))
-        while not future.done() and (left := until - time.time()) > 0:
-            await asyncio.sleep(min(POLL_INTERVAL, left))
-            env.touch()
-            for follow in await steer.pull_new():
-                d = ap.parse_answer(text_of(follow), q) if not future.done() else None
-                actor, actor_name = ap.actor_of(follow)
-                if d is None:
-                    steer.pending.append(follow)  # answered after this turn, like any follow-up
-                    if not future.done():
-                        yield builder.notice_message(
-                            "(Still waiting for an answer to the question above; your message comes next.)")
-                        builder.next_message()
-                    continue
-                if not gate.may_answer(actor):
-                    yield builder.notice_message(f"(Only {gate.who()} can answer this question.)")
-                    builder.next_message()
-                    yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
-                    continue
-                d.by = actor_name
-                for r in _answered(env, builder, agent, q, d):
+        steer.hold = True
+        try:
+            async with aclosing(_typed_wait(q, future, env, builder, agent, gate, steer, expires)) as waiting:
+                async for r in waiting:
                     yield r
-                future.set_result(d)
-                break
+        finally:
+            steer.hold = False
         if future.done():
             return
         if time.time() >= expires - 1.0:
@@ -807,6 +792,43 @@ async def _asking(
     if caps is None and steer is not None and steer.enabled:
         yield builder.notice_message("(The question stays open: answer it with your next message.)")
         builder.next_message()
+
+
+async def _typed_wait(
+    q: ap.Question,
+    future: asyncio.Future[ap.Decision],
+    env: RunEnv,
+    builder: ResultBuilder,
+    agent: str,
+    gate: ap.Gate,
+    steer: Steering,
+    expires: float,
+) -> AsyncGenerator[RunnerResult, None]:
+    """Take a typed answer from the run's follow-ups until it comes, ``expires``, or the run's
+    deadline is near; other messages are kept as follow-ups."""
+    until = min(expires, time.time() + (env.deadline - time.monotonic()) - min(ASK_RESERVE, 0.2 * env.limit))
+    while not future.done() and (left := until - time.time()) > 0:
+        await asyncio.sleep(min(POLL_INTERVAL, left))
+        env.touch()
+        for follow in await steer.pull_new():
+            d = ap.parse_answer(text_of(follow), q) if not future.done() else None
+            actor, actor_name = ap.actor_of(follow)
+            if d is None:
+                steer.pending.append(follow)  # answered after this turn, like any follow-up
+                if not future.done():
+                    yield builder.notice_message(
+                        "(Still waiting for an answer to the question above; your message comes next.)")
+                    builder.next_message()
+                continue
+            if not gate.may_answer(actor):
+                yield builder.notice_message(f"(Only {gate.who()} can answer this question.)")
+                builder.next_message()
+                yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
+                continue
+            d.by = actor_name
+            for r in _answered(env, builder, agent, q, d):
+                yield r
+            future.set_result(d)  # later items of this pull stay follow-ups
 
 
 def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotals) -> list[RunnerResult]:

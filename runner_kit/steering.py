@@ -51,6 +51,7 @@ class Steering:
     pending: list[Any] = field(default_factory=list)  # pulled, not yet handed to a turn
     in_turn: list[Any] = field(default_factory=list)  # handed to the running turn, not answered yet
     answered: int = 0
+    hold: bool = False  # a question to the chat is open: the interrupt poller leaves follow-ups alone
 
     @classmethod
     def for_run(cls, ctx: Any) -> Steering:

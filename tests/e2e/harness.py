@@ -798,6 +798,33 @@ def ws_conversation(host: Host, pipeline: str, messages: list[tuple[float, str]]
     return Chat(connection_id, frames)
 
 
+def ws_dialogue(host: Host, pipeline: str, first: str, replies: list[tuple[str, str]], *, stream: bool = True,
+                timeout: float = 90, settle: float = 3.0) -> Chat:
+    """Send ``first``; then, for each ``(seen, text)`` in order, send ``text`` once a complete reply
+    containing ``seen`` has arrived (a person answering the agent's question). Collects every frame
+    until the chat is quiet."""
+    frames: list[dict[str, Any]] = []
+    with ws_session(host, pipeline) as (ws, connection_id):
+        _send_text(ws, first, stream)
+        pending = list(replies)
+        deadline = time.monotonic() + timeout
+        last_frame = time.monotonic()
+        while time.monotonic() < deadline:
+            try:
+                frame = json.loads(ws.recv(timeout=max(0.05, min(settle, deadline - time.monotonic()))))
+            except TimeoutError:
+                if not pending and time.monotonic() - last_frame >= settle:
+                    break
+                continue
+            frames.append(frame)
+            last_frame = time.monotonic()
+            data = frame.get("data") or {}
+            if (pending and frame.get("type") == "response" and data.get("is_final")
+                    and pending[0][0] in str(data.get("content") or "")):
+                _send_text(ws, pending.pop(0)[1], stream)
+    return Chat(connection_id, frames)
+
+
 def run_inputs(host: Host, run_id: str) -> Any:
     """The run's journal section (what the host recorded as handed to the run, steering included)."""
     data = host.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "inputs"})

@@ -143,6 +143,15 @@ async def test_typed_allow_once_is_taken_inside_the_run_and_not_sent_as_a_prompt
     assert any("allowed once by Tester" in t for t in logs)
 
 
+async def test_with_follow_up_mode_interrupt_the_answer_does_not_interrupt_the_turn():
+    runner, host, cls = make(RM)
+    ctx = host.make_context("clean up", steering=True, config={"follow-up-mode": "interrupt"})
+    out = await drive(runner, host, ctx, ["allow"])
+    said = texts(out)
+    assert said[-1].endswith("[run a command: rm -rf build: allow] Done.")
+    assert not any("Stopped here" in t for t in said)
+
+
 async def test_deny_with_a_reason_reaches_the_agent():
     runner, host, cls = make(RM)
     out = await drive(runner, host, host.make_context("clean up", steering=True), ["deny: keep the build dir"])
