@@ -136,8 +136,18 @@ class State:
     scope: str = "conversation"
 
 
+@dataclass(slots=True)
+class Interaction:
+    """Ask the chat through LangBot's interactions (``action.requested`` / ``interaction.requested``):
+    ``request`` is an ``InteractionRequest`` dict (see :func:`runner_kit.approvals.interaction_request`
+    for buttons or one field). Emit it only when ``ctx.delivery.interactions`` is set; the answer
+    comes back as a new run with ``ctx.input.interaction``."""
+
+    request: dict[str, Any]
+
+
 Event = (
     Text | Think | ReplaceText | FinalText | ToolStarted | ToolCompleted | Attachment | Usage | SessionId | Log
-    | NoReply | Meta | Progress | Finish | State
+    | NoReply | Meta | Progress | Finish | State | Interaction
 )
 

@@ -866,6 +866,9 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
             out.append(builder.log(env.redact(t), level))
         case ev.NoReply():
             builder.no_reply = True
+        case ev.Interaction(request=request):
+            if getattr(env.ctx.delivery, "interactions", None) is not None:
+                out.append(RunnerResult.interaction_requested(env.ctx.run_id, request))
         case ev.Meta(key=k, value=v):
             builder.meta[k] = v
         case ev.State(key=k, value=v, scope=scope):
