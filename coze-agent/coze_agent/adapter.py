@@ -14,7 +14,9 @@ line).
 - ``message.completed`` also brings ``function_call`` (content: JSON ``{name, arguments, …}``),
   ``tool_output``/``tool_response``, ``knowledge``, ``verbose`` and ``follow_up`` messages.
 - The run ends early with ``conversation.chat.failed`` (``last_error {code, msg}``), an ``error``
-  event (``{code, msg}``) or ``conversation.chat.requires_action`` (a client-side tool call).
+  event (``{code, msg}``) or ``conversation.chat.requires_action`` (a client-side tool call: asked
+  in the chat, kept in conversation state under the interaction id, and answered in a later run
+  through ``POST /v3/chat/submit_tool_outputs``, whose stream is read like a chat's).
 - A request Coze refuses is usually answered with HTTP 200 and a JSON business envelope
   ``{"code": <non-zero>, "msg": …}`` instead of a stream.
 """
@@ -22,12 +24,14 @@ line).
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 
+from runner_kit import approvals as ap
 from runner_kit import errors
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
@@ -106,6 +110,8 @@ class CozeAdapter(Adapter):
         self.sent_conversation = False
         self._done = False
         self._unknown: set[str] = set()
+        self._submitted_refusal = False  # a JSON envelope instead of a stream (read by _submit)
+        self._left_pending = False
 
     # --- request building ----------------------------------------------------------------------
 
@@ -171,6 +177,15 @@ class CozeAdapter(Adapter):
     # --- streaming -------------------------------------------------------------------------------
 
     async def stream(self) -> AsyncIterator[ev.Event]:
+        pending = self._pending()
+        submission = getattr(self.env.ctx.input, "interaction", None)
+        if submission is not None or pending is not None:
+            handled = False
+            async for item in self._resume(pending, submission):
+                handled = True
+                yield item
+            if submission is not None or (handled and not self._left_pending):
+                return
         body, query = await self._request()
         sent_conversation = self.sent_conversation = bool(query)
 
@@ -190,40 +205,45 @@ class CozeAdapter(Adapter):
             params=query,
             json=body,
         ) as resp:
-            ctype = resp.headers.get("content-type", "").lower()
-            if ctype and "event-stream" not in ctype:
-                await self._refused(resp, ctype, sent_conversation)
-            st = _StreamState()
-            decoder = SSEDecoder()
-            chunks = self.env.watch(resp.aiter_bytes())
-            ended = False
-            while not (st.finished or ended):
+            async for item in self._consume(resp, sent_conversation):
+                yield item
+
+    async def _consume(self, resp: httpx.Response, sent_conversation: bool) -> AsyncIterator[ev.Event]:
+        """One chat event stream (``/v3/chat`` or ``/v3/chat/submit_tool_outputs``) as events."""
+        ctype = resp.headers.get("content-type", "").lower()
+        if ctype and "event-stream" not in ctype:
+            await self._refused(resp, ctype, sent_conversation)
+        st = _StreamState()
+        decoder = SSEDecoder()
+        chunks = self.env.watch(resp.aiter_bytes())
+        ended = False
+        while not (st.finished or ended):
+            try:
+                batch = decoder.feed(await anext(chunks))
+            except StopAsyncIteration:
+                batch, ended = decoder.close(), True
+            except (httpx.HTTPError, RunnerError) as exc:
+                if not ((st.completed or st.action is not None) and cut_off(exc)):
+                    raise
+                log.info("%s: the stream broke off after the chat ended; the answer is complete", self.platform)
+                break
+            # the events of one read arrived together: their text goes to the kit as one piece
+            pending: list[ev.Event] = []
+            error: Exception | None = None
+            for sse in batch:
                 try:
-                    batch = decoder.feed(await anext(chunks))
-                except StopAsyncIteration:
-                    batch, ended = decoder.close(), True
-                except (httpx.HTTPError, RunnerError) as exc:
-                    if not (st.completed and cut_off(exc)):
-                        raise
-                    log.info("%s: the stream broke off after chat.completed; the answer is complete", self.platform)
+                    pending.extend(self._map(sse.event, sse.data, st))
+                except (RunnerError, SessionMissing) as exc:
+                    error = exc
                     break
-                # the events of one read arrived together: their text goes to the kit as one piece
-                pending: list[ev.Event] = []
-                error: Exception | None = None
-                for sse in batch:
-                    try:
-                        pending.extend(self._map(sse.event, sse.data, st))
-                    except (RunnerError, SessionMissing) as exc:
-                        error = exc
-                        break
-                    if st.finished:
-                        break
-                for item in _merged(pending):
-                    yield item
-                if error is not None:
-                    raise error
-            if st.finished:
-                await finish_body(chunks)  # lets the connection be reused
+                if st.finished:
+                    break
+            for item in _merged(pending):
+                yield item
+            if error is not None:
+                raise error
+        if st.finished:
+            await finish_body(chunks)  # lets the connection be reused
         self._done = True
         if not st.seen_events:
             if "event-stream" not in ctype:
@@ -232,15 +252,130 @@ class CozeAdapter(Adapter):
                     f"{self.platform} answered without a content type and sent no events ({BASE_URL_HINT})",
                 )
             raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        if st.action is not None:
+            for item in self._ask(st.action):
+                yield item
+            return
         if not st.completed:
             raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
         for item in self._closing(st):
             yield item
 
+    # --- requires_action: ask the chat, answer through submit_tool_outputs ---------------------
+
+    def _pending(self) -> dict[str, Any] | None:
+        record = (self.env.ctx.state.conversation or {}).get(const.PENDING_KEY)
+        return record if isinstance(record, dict) and record.get("id") else None
+
+    def _ask(self, data: dict[str, Any]) -> list[ev.Event]:
+        """``conversation.chat.requires_action``: one question in the chat (buttons or one field
+        where the platform renders them), what resuming needs kept in conversation state."""
+        calls = _tool_calls(data)
+        chat_id = str(data.get("id") or self.chat_id or "")
+        conv_id = str(data.get("conversation_id") or self.conversation_id or "")
+        if not calls or not chat_id or not conv_id:
+            raise RunnerError("upstream.paused", _requires_action(data))
+        q = _question(calls)
+        timeout = ap.approval_timeout(self.env.config)
+        expires = time.time() + timeout
+        actor, actor_name = ap.actor_of(self.env.ctx)
+        record = {
+            "id": q.id, "conversation_id": conv_id, "chat_id": chat_id,
+            "tool_calls": [c["id"] for c in calls], "user": self.env.user,
+            "actor": actor, "actor_name": actor_name, "expires_at": expires,
+            "title": q.title, "detail": q.detail, "free_text": q.free_text,
+            "options": [{"value": o.value, "label": o.label} for o in q.options],
+        }
+        caps = getattr(self.env.ctx.delivery, "interactions", None)
+        out: list[ev.Event] = [ev.State(const.PENDING_KEY, record)]
+        if caps is not None:
+            out.append(ev.Interaction(ap.interaction_request(self.platform, q, expires, caps)))
+            out.append(ev.NoReply())  # the request itself is the message
+        else:
+            out.append(ev.Text(ap.question_text(self.platform, q)))
+        log.info("%s: chat %s requires action (%s); asked the chat as %s", self.platform, chat_id,
+                 ", ".join(c["name"] for c in calls)[:200], q.id)
+        return out
+
+    async def _resume(self, record: dict[str, Any] | None, submission: Any) -> AsyncIterator[ev.Event]:
+        """This run answers a pending requires_action (a click, or a typed reply); yields nothing
+        when this is a new message that is no answer (it is then sent as usual)."""
+        q = _record_question(record) if record is not None else None
+        if submission is not None:
+            if record is None or q is None or submission.interaction_id != record.get("id"):
+                yield ev.Text("(That Coze question is no longer waiting. Send your message again.)")
+                return
+        if record is None or q is None:
+            return
+        expired = time.time() >= float(record.get("expires_at") or 0)
+        if expired:
+            yield ev.State(const.PENDING_KEY, None)
+            if submission is not None:
+                yield ev.Text("(That Coze question expired without an answer. Send your message again.)")
+                return
+            log.info("%s: the pending question %s expired; sending the message as usual", self.platform, q.id)
+            self._left_pending = True
+            return
+        inp = self.env.input
+        d = ap.from_submission(submission, q) if submission is not None else (
+            ap.parse_answer(inp.text, q) if not inp.files else None)
+        if submission is not None and d is None:
+            yield ev.Text("(That answer could not be read; the Coze question is still open.)")
+            return
+        actor, _ = ap.actor_of(self.env.ctx)
+        asker = record.get("actor")
+        if asker and actor and actor != asker:
+            if d is not None or submission is not None:
+                who = record.get("actor_name") or asker
+                yield ev.Text(f"(Only {who} can answer the Coze bot's question.)")
+                return
+        if d is None or d.answer is None:
+            # a new message instead of an answer: the question is dropped, the message goes on
+            yield ev.State(const.PENDING_KEY, None)
+            yield ev.Text(f"(The Coze bot's question “{q.title}” was left unanswered; your new message comes next.)\n\n")
+            self._left_pending = True
+            return
+        yield ev.State(const.PENDING_KEY, None)
+        async for item in self._submit(record, d.answer):
+            yield item
+
+    async def _submit(self, record: dict[str, Any], answer: str) -> AsyncIterator[ev.Event]:
+        """``POST /v3/chat/submit_tool_outputs`` (streaming) with the answer as every pending tool
+        call's output; the continuation streams like a chat."""
+        outputs = [{"tool_call_id": str(cid), "output": answer} for cid in record.get("tool_calls") or []]
+        query = {"conversation_id": str(record["conversation_id"]), "chat_id": str(record["chat_id"])}
+        self.conversation_id, self.chat_id = query["conversation_id"], query["chat_id"]
+        title = str(record.get("title") or "the bot's question")
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            return _submit_failed(title, parse_http_error(status, raw, ctype))
+
+        try:
+            async with open_stream(
+                self.env.client,
+                "POST",
+                self.base + const.SUBMIT_PATH,
+                budget=self.env.budget(),
+                platform=self.platform,
+                error_parser=on_error,  # type: ignore[arg-type]
+                headers=self.headers,
+                params=query,
+                json={"tool_outputs": outputs, "stream": True},
+            ) as resp:
+                async for item in self._consume(resp, False):
+                    yield item
+        except RunnerError as exc:
+            if exc.message.startswith("Coze did not take"):
+                raise
+            if self._submitted_refusal:
+                raise _submit_failed(title, exc) from None
+            raise
+
     async def _refused(self, resp: httpx.Response, ctype: str, sent_conversation: bool) -> None:
         """A 2xx body that is not an event stream: Coze's business envelope, or a page that is not Coze."""
         raw = await read_bounded(resp, MAX_JSON_BODY + 1, self.platform, strict=True)
         self._done = True
+        self._submitted_refusal = True
         doc = json_object(raw)
         if doc is not None:
             if sent_conversation and conversation_missing(doc):
@@ -304,8 +439,9 @@ class CozeAdapter(Adapter):
                 raise self._failure(err.get("code"), err.get("msg"))
             raise RunnerError("upstream.error", f"the {self.platform} chat failed without saying why")
         elif name == const.CHAT_REQUIRES_ACTION:
+            # the chat pauses for a client-side tool result; the stream then sends done
             self._done = True
-            raise RunnerError("upstream.paused", _requires_action(data))
+            st.action = data
         elif name in (const.CHAT_CREATED, const.CHAT_IN_PROGRESS):
             pass
         elif name == "conversation.chat.canceled":
@@ -426,6 +562,7 @@ class CozeAdapter(Adapter):
 
 class _StreamState:
     __slots__ = (
+        "action",
         "answer_ids",
         "answer_text",
         "attachments",
@@ -441,6 +578,7 @@ class _StreamState:
     )
 
     def __init__(self) -> None:
+        self.action: dict[str, Any] | None = None  # the requires_action chat object
         self.answer_ids: list[str] = []  # answer messages in the order they began
         self.answer_text = False
         self.attachments = 0
@@ -513,12 +651,88 @@ def _answer_content(content_type: Any, content: Any) -> tuple[str, list[ev.Attac
 
 
 def _requires_action(data: dict[str, Any]) -> str:
+    """A requires_action this runner cannot ask about (no tool call with an id, or no chat ids)."""
     action = data.get("required_action") if isinstance(data.get("required_action"), dict) else {}
-    calls = (action.get("submit_tool_outputs") or {}).get("tool_calls") or []
-    names = sorted({str((c.get("function") or {}).get("name")) for c in calls
-                    if isinstance(c, dict) and (c.get("function") or {}).get("name")})
-    what = f" ({', '.join(names)[:200]})" if names else ""
+    kind = str(action.get("type") or "unknown")[:60]
     return (
-        f"the {const.PLATFORM} bot asked for the result of a client-side tool{what}, which cannot be answered from "
-        "the chat yet; give the bot a plugin or workflow for it in Coze instead of a local function"
+        f"the {const.PLATFORM} bot stopped for a client-side action ({kind}) but named no tool call to answer, "
+        "so the chat cannot answer it; give the bot a plugin or workflow for it in Coze instead"
     )
+
+
+# --- requires_action helpers ----------------------------------------------------------------------
+# Shapes: coze-dev/coze-py cozepy/chat/__init__.py (Chat.required_action: ChatRequiredAction
+# {type: "submit_tool_outputs", submit_tool_outputs: {tool_calls: [ChatToolCall{id, type:
+# "function", function{name, arguments: JSON string}}]}}; ToolOutput{tool_call_id, output: str})
+# and docs/platforms.md §Coze. That SDK knows only tool calls of type "function"; a call of another
+# type (or without a function) is asked as a free-text question with what Coze sent.
+
+_CHOICE_KEYS = ("options", "choices", "enum", "candidates")
+MAX_OPTIONS = 20
+
+
+def _tool_calls(data: dict[str, Any]) -> list[dict[str, Any]]:
+    action = data.get("required_action") if isinstance(data.get("required_action"), dict) else {}
+    sto = action.get("submit_tool_outputs") if isinstance(action.get("submit_tool_outputs"), dict) else {}
+    out = []
+    for c in sto.get("tool_calls") or []:
+        if not isinstance(c, dict) or not c.get("id"):
+            continue
+        fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+        args = maybe_json(fn.get("arguments"))
+        out.append({"id": str(c["id"]), "type": str(c.get("type") or ""),
+                    "name": str(fn.get("name") or c.get("type") or "tool"), "arguments": args})
+    return out
+
+
+def _question(calls: list[dict[str, Any]]) -> ap.Question:
+    """One question for the paused chat: the function(s) and their arguments; a list of choices in
+    the arguments (``options``/``choices``/``enum``) becomes buttons."""
+    first = calls[0]
+    names = ", ".join(dict.fromkeys(c["name"] for c in calls))
+    title = f"the result of the client-side function {names}"[:300]
+    details = []
+    options: list[ap.Option] = []
+    for c in calls:
+        args = c["arguments"]
+        if isinstance(args, dict):
+            shown = {k: v for k, v in args.items() if k not in _CHOICE_KEYS}
+            question = next((args[k] for k in ("question", "prompt", "message") if isinstance(args.get(k), str)), None)
+            if question and len(calls) == 1:
+                title = question[:300]
+            if shown:
+                details.append(f"{c['name']}({json.dumps(shown, ensure_ascii=False)[:300]})")
+            if c is first:
+                for key in _CHOICE_KEYS:
+                    raw = args.get(key)
+                    if isinstance(raw, list) and 0 < len(raw) <= MAX_OPTIONS:
+                        options = [_option(v) for v in raw]
+                        break
+        elif args not in (None, ""):
+            details.append(f"{c['name']}({str(args)[:300]})")
+    return ap.Question(title=title, detail="; ".join(details)[:600], kind="question", options=options,
+                       free_text=not options)
+
+
+def _option(v: Any) -> ap.Option:
+    if isinstance(v, dict):
+        value = str(v.get("value") or v.get("name") or v.get("label") or json.dumps(v, ensure_ascii=False))
+        return ap.Option(value=value, label=str(v.get("label") or v.get("name") or value)[:200])
+    return ap.Option(value=str(v), label=str(v)[:200])
+
+
+def _record_question(record: dict[str, Any]) -> ap.Question | None:
+    try:
+        options = [ap.Option(value=str(o["value"]), label=str(o.get("label") or o["value"]))
+                   for o in record.get("options") or []]
+        return ap.Question(title=str(record.get("title") or ""), detail=str(record.get("detail") or ""),
+                           kind="question", options=options, free_text=bool(record.get("free_text", not options)),
+                           id=str(record["id"]))
+    except (KeyError, TypeError):
+        return None
+
+
+def _submit_failed(title: str, exc: Exception) -> RunnerError:
+    code = exc.code if isinstance(exc, RunnerError) else "upstream.error"
+    msg = exc.message if isinstance(exc, RunnerError) else str(exc)
+    return RunnerError(code, f"Coze did not take the answer to “{title[:120]}”: {msg[:400]}")

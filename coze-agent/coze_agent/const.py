@@ -6,6 +6,11 @@ SESSION_KEY = "coze.conversation_id"
 DEFAULT_BASE = "https://api.coze.cn"
 CHAT_PATH = "/v3/chat"
 CANCEL_PATH = "/v3/chat/cancel"
+# answers a chat in status requires_action (query conversation_id, chat_id; body tool_outputs, stream):
+# coze-dev/coze-py cozepy/chat/__init__.py (ToolOutput, submit_tool_outputs) and platforms.md §Coze
+SUBMIT_PATH = "/v3/chat/submit_tool_outputs"
+# conversation state: what answering a requires_action needs, under the interaction id
+PENDING_KEY = "coze.pending-action"
 UPLOAD_PATH = "/v1/files/upload"
 # what a user may paste after the host; the adapter adds the versioned paths itself
 API_SUFFIXES = ("/v3/chat", "/v3", "/v1", "/api")

@@ -143,6 +143,10 @@ class FakeCoze(PlatformFake):
         self.empty_answer = False
         self.fail_chat: dict[str, Any] | None = None  # last_error of a conversation.chat.failed
         self.requires_action = False
+        # the tool_calls of the requires_action: [{"name", "arguments"(dict)}]; None = get_local_time
+        # (shapes: coze-dev/coze-py cozepy/chat/__init__.py ChatRequiredAction / ChatToolCall)
+        self.action_calls: list[dict[str, Any]] | None = None
+        self.resume_tokens: list[str] | None = None  # the answer streamed after submit_tool_outputs
         self.business_error: dict[str, Any] | None = None  # {"code", "msg"} at HTTP 200 instead of a stream
         self.trailing_blank_line = True
         self.split_writes = False
@@ -169,6 +173,12 @@ class FakeCoze(PlatformFake):
         self.add_route("GET", "/v1/files/retrieve", self._file_retrieve)
 
     # -- public helpers ----------------------------------------------------------------------
+
+    def expire_actions(self) -> None:
+        """Every chat waiting in requires_action is dropped (a later submit is refused)."""
+        for chat in self.chats.values():
+            if chat.status == "requires_action":
+                chat.status = "expired"
 
     def forget_conversations(self) -> None:
         """Delete every conversation (old ids now get code 4002)."""
@@ -215,7 +225,8 @@ class FakeCoze(PlatformFake):
             include_usage=self.include_usage, follow_ups=list(self.follow_ups), verbose=self.verbose,
             tools=self.tools, extra_answers=list(self.extra_answers), completed_only=self.completed_only,
             empty_answer=self.empty_answer, fail_chat=dict(self.fail_chat) if self.fail_chat else None,
-            requires_action=self.requires_action, trailing_blank_line=self.trailing_blank_line,
+            requires_action=self.requires_action, action_calls=self.action_calls,
+            resume_tokens=self.resume_tokens, trailing_blank_line=self.trailing_blank_line,
             split_writes=self.split_writes, fault=self.fault, stall_seconds=self.stall_seconds,
             stall_ping_every=self.stall_ping_every, oversized_bytes=self.oversized_bytes,
             business_error=dict(self.business_error) if self.business_error else None,
@@ -437,9 +448,12 @@ class FakeCoze(PlatformFake):
                          self._message(chat, call_id, "function_call", json.dumps(call, ensure_ascii=False)))
         if s.requires_action:
             chat.status = "requires_action"
-            chat.required_action = {"type": "submit_tool_outputs", "submit_tool_outputs": {"tool_calls": [
-                {"id": call_id, "type": "function",
-                 "function": {"name": "get_local_time", "arguments": json.dumps({"tz": "Europe/Berlin"})}}]}}
+            specs = s.action_calls or [{"name": "get_local_time", "arguments": {"tz": "Europe/Berlin"}}]
+            # arguments is a JSON string (ChatToolCallFunction.arguments: str)
+            calls = [{"id": call_id if i == 0 else _id(), "type": "function",
+                      "function": {"name": c["name"], "arguments": json.dumps(c.get("arguments") or {})}}
+                     for i, c in enumerate(specs)]
+            chat.required_action = {"type": "submit_tool_outputs", "submit_tool_outputs": {"tool_calls": calls}}
             await self._send(s, resp, "conversation.chat.requires_action", self._chat_obj(chat))
             await self._send(s, resp, "done", "[DONE]", last=True)
             return
@@ -588,8 +602,16 @@ class FakeCoze(PlatformFake):
             chat = self._find_chat(req)
             body = self._body(req)
             outputs = body.get("tool_outputs")
+            if chat.status == "expired":
+                # Coze drops a chat left in requires_action too long (the real code is not
+                # documented in what we could read; 4000 with a clear msg here)
+                raise _Refused(4000, "the chat has expired: tool outputs were not submitted in time")
             if chat.status != "requires_action" or not isinstance(outputs, list) or not outputs:
                 raise _Refused(4000, "the chat is not waiting for tool outputs")
+            wanted = {c["id"] for c in (chat.required_action or {}).get("submit_tool_outputs", {}).get("tool_calls", [])}
+            got = {str(o.get("tool_call_id")) for o in outputs if isinstance(o, dict)}
+            if got != wanted or not all(isinstance(o.get("output"), str) for o in outputs):
+                raise _Refused(4000, "tool_outputs must answer every tool_call_id with a string output")
         except _Refused as e:
             await self._envelope(resp, e.code, e.msg, e.status)
             return
@@ -599,6 +621,8 @@ class FakeCoze(PlatformFake):
         await resp.start_stream(200, "text/event-stream")
         await self._send(s, resp, "conversation.chat.in_progress", self._chat_obj(chat))
         s.fault = None
+        if s.resume_tokens is not None:
+            s.tokens = list(s.resume_tokens)
         try:
             await self._answers(s, chat, resp)
             await self._finish(s, chat, resp)

@@ -15,7 +15,6 @@ from runners_cli.plugins import find, load_runner_class
 from tests.fakes.coze import FakeCoze
 from tests.helpers import (
     deltas,
-    dump,
     failure,
     final_text,
     make_runner,
@@ -195,13 +194,13 @@ async def test_error_event_midstream_keeps_what_was_streamed(srv, host, runner):
     assert text.startswith("Hello") and "incomplete" in text
 
 
-async def test_requires_action_is_a_clear_stop_not_an_empty_response(srv, host, runner):
+async def test_requires_action_asks_the_chat_not_an_empty_response(srv, host, runner):
+    # the whole round trip is in test_coze_agent_requires_action.py
     srv.requires_action = True
     results = await run(runner, host, config=cfg(srv))
-    code, _, message = failure(results)
-    assert code == "upstream.paused" and "get_local_time" in message and "client-side tool" in message
-    shown = [r for r in results if rtype(r) == "message.completed"]
-    assert shown and "empty" not in dump(shown).lower()
+    assert rtype(terminal(results)) == "run.completed"
+    text = final_text(results)
+    assert "get_local_time" in text and "Reply with your answer" in text and "empty" not in text.lower()
 
 
 async def test_empty_answer_names_the_bot(srv, host, runner):

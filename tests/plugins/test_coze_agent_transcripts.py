@@ -177,12 +177,15 @@ async def test_slow_stream_reaches_the_chat_before_it_ends():
 # -- Coze quirks ----------------------------------------------------------------------------------
 
 
-async def test_requires_action_ends_with_a_clear_message_not_an_empty_answer():
+async def test_requires_action_asks_the_chat_not_an_empty_answer():
+    # the answer round trip (submit_tool_outputs) is in test_coze_agent_requires_action.py
     results, _ = await replay("requires_action.sse")
-    code, retryable, message = failure(results)
-    assert code == "upstream.paused" and not retryable
-    assert "get_order_status" in message and "cannot be answered from the chat" in message
-    assert "empty" not in message
+    assert rtype(results[-1]) == "run.completed"
+    text = final_text(results)
+    assert "get_order_status" in text and "A-17" in text and "Reply with your answer" in text
+    record = state_updates(results)["coze.pending-action"]
+    assert record["chat_id"] == "7391112223334445681" and record["conversation_id"] == "7391112223334445551"
+    assert record["tool_calls"] == ["call_7391112223334445683"]
 
 
 async def test_bot_that_produces_nothing_is_a_clear_failure():
