@@ -45,6 +45,7 @@ from acp.schema import (
 )
 from pydantic import ValidationError
 
+from runner_kit import approvals as ap
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.inputs import InputFile, UserInput
@@ -137,7 +138,7 @@ class ACPClient:
     async def request_permission(
         self, session_id: str, tool_call: Any, options: list[Any], **kwargs: Any
     ) -> RequestPermissionResponse:
-        return self.adapter.on_permission(tool_call, options)
+        return await self.adapter.on_permission(tool_call, options)
 
     async def read_text_file(
         self, session_id: str, path: str, line: int | None = None, limit: int | None = None, **kwargs: Any
@@ -487,12 +488,14 @@ class ACPAdapter(Adapter):
             params.setdefault("kind", tool.kind)
         return params
 
-    def on_permission(self, tool_call: Any, options: list[Any]) -> RequestPermissionResponse:
+    async def on_permission(self, tool_call: Any, options: list[Any]) -> RequestPermissionResponse:
         if self._cancelling or self._turn is None:  # after session/cancel the answer must be "cancelled"
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         known = self._tools.get(str(tool_call.tool_call_id))
         kind = tool_call.kind or (known.kind if known else None)
         paths = policy.tool_paths(tool_call) + (policy.tool_paths(known) if known else [])
+        if self.mode == "ask" and policy.ask_first(kind, paths, self.workspace):
+            return await self._ask(tool_call, known, kind, paths, options)
         allow = policy.allowed(self.mode, kind, paths, self.workspace)
         option = policy.choose(options, allow)
         title = tool_call.title or (known.title if known else "") or kind or "a tool"
@@ -503,6 +506,40 @@ class ACPAdapter(Adapter):
         if option is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option))
+
+    async def _ask(self, tool_call: Any, known: _Tool | None, kind: str | None, paths: list[str],
+                   options: list[Any]) -> RequestPermissionResponse:
+        """``permission-mode: ask``: the chat decides. The wait may outlast this run (the kit parks
+        this adapter and a later run swaps ``self.env``), so nothing run-bound is held across it."""
+        raw = tool_call.raw_input if tool_call.raw_input not in (None, {}) else (known.raw_input if known else None)
+        command = _command_text(raw.get("command")) if isinstance(raw, dict) and raw.get("command") else None
+        label = tool_call.title or (known.title if known else "") or ""
+        cwd = raw.get("cwd") if isinstance(raw, dict) and isinstance(raw.get("cwd"), str) else None
+        if kind == "execute":
+            text = command if isinstance(command, str) and command else label or "a command"
+            title, detail = f"run a command: {text}", f"in {cwd or self.workspace}"
+        elif kind in const.EDIT_KINDS:
+            target = ", ".join(dict.fromkeys(paths)) or label or "a file"
+            verb = {"delete": "delete", "move": "move"}.get(kind, "edit")
+            title, detail = f"{verb} {target}", label if label and label not in target else ""
+        else:
+            target = label or (", ".join(dict.fromkeys(paths))) or kind or "a tool"
+            title, detail = f"use {kind or 'a tool'}: {target}", ""
+        scope = policy.scope(kind, command if kind == "execute" and isinstance(command, str) else label)
+        question = ap.Question(title=" ".join(title.split())[:300], detail=" ".join(detail.split())[:300], scope=scope)
+        decision = await self.env.ask(question)  # self.env read now: it may be a later run's
+        if self._cancelling or self._closed:  # session/cancel came while the chat was deciding
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        option = policy.choose_answer(options, decision.allow, decision.always)
+        log.info("%s asked to %s: %s by %s", self.agent_name, question.title, decision.word, decision.by or "?")
+        if option is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        meta = None
+        if not decision.allow:
+            # ACP's outcome has no reason field: it travels in _meta for agents that read it
+            reason = decision.reason or ("nobody answered in time" if decision.timed_out else "denied in the chat")
+            meta = {"langbot": {"reason": reason, "by": decision.by}}
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option, field_meta=meta))
 
     def _confined(self, path: str) -> Path:
         if not os.path.isabs(path):

@@ -20,6 +20,15 @@ SESSION_MODES: dict[str, tuple[str, ...]] = {
     "read-only": ("read-only", "default"),
     "workspace-write": ("auto", "acceptEdits"),
     "full-access": ("full-access", "bypassPermissions"),
+    # ask: the mode in which the agent itself ASKS (session/request_permission) before a write or a
+    # command. claude-code-acp's `default` asks for edits and commands (acceptEdits would accept
+    # edits silently). codex-acp has no such mode: its `read-only` and `auto` are approval
+    # "on-request", where the model decides whether to ask (measured with codex-acp 0.16.0: a write
+    # in `read-only` simply failed in the sandbox, nothing was asked). So for codex-acp the mode is
+    # NOT switched: it is launched with `approval_policy="untrusted"` (asks before every command
+    # that is not known-safe, fixtures/real-peers/codex-acp/tool-approval.jsonl) in a
+    # `workspace-write` sandbox (providers.launch), which a session mode would override.
+    "ask": ("default",),
 }
 
 READ_KINDS = frozenset({"read", "search", "think"})

@@ -8,6 +8,8 @@ the agent's own options by its kind (never a blanket approve):
 - ``workspace-write``: reads, edits whose every path lies inside the workspace, and commands are
   allowed once; edits elsewhere and network fetches are rejected.
 - ``full-access``: everything is allowed once.
+- ``ask``: reads inside the workspace are allowed once like ``read-only``; anything else is asked
+  in the chat (the adapter's ``env.ask``) and the answer mapped to the agent's own option.
 
 ``fs/read_text_file`` and ``fs/write_text_file`` only ever touch files inside the workspace (and
 writes only when the mode lets the agent write).
@@ -76,6 +78,37 @@ def allowed(mode: str, kind: str | None, paths: Iterable[str], workspace: Path) 
     return all(inside(workspace, p) for p in paths)
 
 
+def ask_first(kind: str | None, paths: Iterable[str], workspace: Path) -> bool:
+    """In ``ask`` mode: whether this request needs the chat's answer (all but workspace reads)."""
+    return not (kind in const.READ_KINDS and all(inside(workspace, p) for p in paths))
+
+
+def choose_answer(options: Sequence[Any], allow: bool, always: bool) -> str | None:
+    """The agent's option id for the chat's answer: allow and always -> allow_once, deny ->
+    reject_once (else reject_always).
+
+    "Allow for this session" is kept by the kit (conversation state, per agent session), which
+    answers the next request of that kind by itself and forgets it on a reset. The agent's own
+    ``allow_always`` is not used: it can outlive the session (codex-acp amends its exec policy in
+    its home, claude-code-acp can write a permission rule), so a reset would not clear it."""
+    wanted = ("allow_once", "allow_always") if allow else REJECT
+    for kind in wanted:
+        for opt in options:
+            if getattr(opt, "kind", None) == kind:
+                return str(opt.option_id)
+    return None
+
+
+def scope(kind: str | None, command: Any) -> str:
+    """What "allow for this session" covers: ``shell:<program>``, ``edit``, else the kind."""
+    if kind == "execute":
+        words = str(command or "").split()
+        return f"shell:{os.path.basename(words[0])}" if words else "shell"
+    if kind in const.EDIT_KINDS:
+        return "edit"
+    return kind or "other"
+
+
 def choose(options: Sequence[Any], allow: bool) -> str | None:
     """The agent's option id for allowing once (or rejecting), by option kind; None if it has none."""
     wanted = ALLOW if allow else REJECT
@@ -87,4 +120,5 @@ def choose(options: Sequence[Any], allow: bool) -> str | None:
 
 
 def may_write(mode: str) -> bool:
-    return mode in ("workspace-write", "full-access")
+    # ask: the agent asked for the edit through session/request_permission before writing
+    return mode in ("workspace-write", "full-access", "ask")

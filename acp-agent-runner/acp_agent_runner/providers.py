@@ -125,6 +125,8 @@ def launch(cfg: Config) -> Launch:
     if provider == "codex":
         out.codex_home = True
         out.argv += ["-c", "analytics.enabled=false", "-c", "check_for_update_on_startup=false"]
+        if cfg.get("permission-mode") == "ask":  # codex asks for every command that is not known-safe
+            out.argv += ["-c", 'approval_policy="untrusted"', "-c", 'sandbox_mode="workspace-write"']
         if raw_base:
             base = base_url(raw_base, "base-url", suffixes=("/responses", "/v1"), add="/v1",
                             example="https://api.openai.com/v1")

@@ -18,7 +18,11 @@ What it does like the real codex-acp (fixtures/real-peers/codex-acp):
   delta by delta, a tool call (``tool_call`` kind ``execute`` with codex-acp's ``rawInput``, then
   ``tool_call_update`` with ``rawOutput``) run for real with ``bash -lc`` in the session's cwd —
   asking ``session/request_permission`` (options ``approved`` / ``approved-execpolicy-amendment``
-  / ``abort``) unless the mode is ``full-access`` —, ``usage_update {used, size}``, and the result
+  / ``abort``) unless the mode is ``full-access`` (before any ``session/set_mode``: only with
+  ``-c approval_policy="untrusted"``, as codex-acp) or the program was approved with the
+  amendment in this process (codex's execpolicy amendment); each answer is noted in
+  ``FAKE_ACP_LOG`` (``permission``, with a deny reason sent in ``_meta.langbot.reason``, which also
+  reaches the model in the tool output) —, ``usage_update {used, size}``, and the result
   ``{stopReason, usage}`` (usage only when the model reported it).
 - model API errors → ``-32603 "Internal error"`` with ``data {message, codex_error_info}`` in the
   Codex core's wording (500: "We're currently experiencing high demand…"; 429: "exceeded retry
@@ -202,6 +206,8 @@ class Session:
         self.cwd = cwd
         self.items: list[dict[str, Any]] = items or []
         self.mode = "full-access"
+        self.mode_set = False  # session/set_mode was called (it overrides -c approval_policy)
+        self.amended: set[str] = set()  # programs allowed by "approved-execpolicy-amendment"
         self.task: asyncio.Task[Any] | None = None
         self.tool: asyncio.subprocess.Process | None = None
 
@@ -213,6 +219,7 @@ class FakeCodexACP:
         env_key = overrides.get(f"model_providers.{provider}.env_key") if provider else None
         self.key = os.environ.get(str(env_key), "") if env_key else os.environ.get("OPENAI_API_KEY", "")
         self.model = str(overrides.get("model") or "fake-model")
+        self.approval = overrides.get("approval_policy")
         home = os.environ.get("CODEX_HOME") or os.environ.get("HOME") or "."
         self.store = Path(os.environ.get("FAKE_ACP_STATE") or Path(home) / "sessions")
         self.store.mkdir(parents=True, exist_ok=True)
@@ -298,6 +305,7 @@ class FakeCodexACP:
         if mode_id not in {m.id for m in MODES}:
             raise RequestError.invalid_params({"message": f"unknown mode {mode_id}"})
         s.mode = mode_id
+        s.mode_set = True
         self.note("set_mode", session=session_id, mode=mode_id)
         await self.conn.session_update(session_id=s.id, update=CurrentModeUpdate(session_update="current_mode_update",
                                                                                current_mode_id=mode_id))
@@ -414,7 +422,10 @@ class FakeCodexACP:
         s.items.append({"type": "function_call", "name": "exec_command", "call_id": call_id,
                         "arguments": call.get("arguments")})
         allowed = True
-        if s.mode != "full-access":
+        reason = None
+        program = cmd.split()[0] if cmd.split() else ""
+        asks = s.mode != "full-access" if s.mode_set else self.approval == "untrusted"
+        if asks and program not in s.amended:
             answer = await self.conn.request_permission(
                 session_id=s.id,
                 tool_call=update_tool_call(call_id, title=cmd, kind="execute", status="pending", raw_input=raw_input),
@@ -424,8 +435,14 @@ class FakeCodexACP:
                          PermissionOption(option_id="abort", name="No", kind="reject_once")])
             outcome = answer.outcome
             allowed = getattr(outcome, "outcome", "") == "selected" and outcome.option_id.startswith("approved")
+            meta = getattr(outcome, "field_meta", None) or {}
+            reason = (meta.get("langbot") or {}).get("reason") if isinstance(meta.get("langbot"), dict) else None
+            self.note("permission", session=s.id, command=cmd, outcome=getattr(outcome, "outcome", None),
+                      option=getattr(outcome, "option_id", None), reason=reason)
+            if allowed and outcome.option_id == "approved-execpolicy-amendment":
+                s.amended.add(program)  # like codex's execpolicy amendment: this program is not asked again
         if not allowed:
-            output = "rejected by user"
+            output = "rejected by user" + (f": {reason}" if reason else "")
             await self._say(s, start_tool_call(call_id, cmd, kind="execute", status="failed", raw_input=raw_input))
         else:
             await self._say(s, start_tool_call(call_id, cmd, kind="execute", status="in_progress", raw_input=raw_input))

@@ -155,3 +155,55 @@ async def test_cancel_in_the_middle_of_a_tool_leaves_nothing(clis, api, host, ag
             break
         await asyncio.sleep(0.05)
     assert not tool_sleeps(), "the tool's sleep is gone too"
+
+
+# --- permission-mode: ask ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def _no_parked():
+    from runner_kit import approvals as ap
+
+    yield
+    await ap.close_all()
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+async def test_ask_a_typed_allow_lets_the_write_run(clis, api, host, agent, tmp_path, _no_parked):
+    ws = tmp_path / "ws"
+    cfg = config(clis, api, agent, "toolw", workspace=str(ws), **{"permission-mode": "ask"})
+    runner = make_runner(PLUGIN, host)
+    ctx = host.make_context("create a file", config=cfg, steering=True)
+    out, asked = [], []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+        if rtype(r) == "message.completed" and "wants to" in str(r.data["message"]["content"]):
+            asked.append(r.data["message"]["content"])
+            host.queue_steering(ctx, "allow")
+    assert rtype(terminal(out)) == "run.completed", terminal(out).data
+    assert asked and "created-by-tool.txt" in asked[0], asked
+    assert (ws / "created-by-tool.txt").is_file()
+    said = [r.data["message"]["content"] for r in out if rtype(r) == "message.completed"]
+    assert "wants to" in said[0] and said[-1].endswith("The tool ran; done."), said
+    assert not await children_left()
+
+
+@pytest.mark.parametrize("agent", AGENTS)
+async def test_ask_a_button_in_a_new_run_lets_the_write_run(clis, api, host, agent, tmp_path, _no_parked):
+    ws = tmp_path / "ws"
+    cfg = config(clis, api, agent, "toolw", workspace=str(ws), **{"permission-mode": "ask"})
+    runner = make_runner(PLUGIN, host)
+    first = await run(runner, host, "create a file", config=cfg, interactions=True)
+    assert rtype(terminal(first)) == "run.completed", terminal(first).data
+    (req,) = host.interactions
+    assert "created-by-tool.txt" in req["description"], req
+    assert not (ws / "created-by-tool.txt").exists()
+    second = await run(runner, host, "", config=cfg, interactions=True,
+                       interaction={"interaction_id": req["interaction_id"], "action_id": "allow"})
+    assert rtype(terminal(second)) == "run.completed", terminal(second).data
+    assert (ws / "created-by-tool.txt").is_file()
+    assert "The tool ran; done." in "".join(r.data["message"]["content"] for r in second
+                                            if rtype(r) == "message.completed"
+                                            and isinstance(r.data["message"]["content"], str))
+    assert not await children_left()
