@@ -19,12 +19,14 @@ import base64
 import contextlib
 import json
 import os
+import shlex
 import signal
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from runner_kit import approvals as ap
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
@@ -57,6 +59,50 @@ def _lines(raw: Any) -> list[str]:
     return [s for s in (str(i).strip() for i in items) if s]
 
 
+def _short(value: Any, limit: int = 120) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _program(command: str) -> str:
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    while words and "=" in words[0] and not words[0].startswith("="):
+        words = words[1:]  # FOO=1 cmd …
+    return os.path.basename(words[0]) if words else "sh"
+
+
+def session_rules(suggestions: Any) -> list[dict[str, Any]]:
+    """claude's own "allow always" from its ``permission_suggestions``, kept to what "allow for this
+    session" means: only its ``addRules`` entries, with ``destination: session``. (Claude 2.1.197
+    suggests for a ``touch`` an ``addRules`` to ``localSettings`` — a file in the workspace that
+    outlives the session —, an ``addDirectories`` and a ``setMode acceptEdits``, which would allow
+    every edit; neither of the last two is what was asked.)"""
+    out: list[dict[str, Any]] = []
+    for s in suggestions if isinstance(suggestions, list) else []:
+        if isinstance(s, dict) and s.get("type") == "addRules" and s.get("rules"):
+            out.append({**s, "behavior": s.get("behavior") or "allow", "destination": "session"})
+    return out
+
+
+def permission_question(tool: str, tool_input: dict[str, Any], workspace: Path | None) -> ap.Question:
+    """The chat's question for claude's ``can_use_tool`` request, and the scope "allow for this
+    session" covers: ``shell:<program>`` for Bash, ``edit`` for file edits, else the tool name."""
+    if tool == "Bash":
+        command = str(tool_input.get("command") or "")
+        detail = str(tool_input.get("description") or "") or (f"in {workspace}" if workspace else "")
+        return ap.Question(title=f"run a command: {_short(command, 300)}", detail=_short(detail, 300),
+                           scope=f"shell:{_program(command)}")
+    if tool in const.EDIT_TOOLS:
+        target = str(tool_input.get("file_path") or tool_input.get("notebook_path") or "a file")
+        return ap.Question(title=f"edit {_short(target, 300)}", detail=tool, scope="edit")
+    shown = {k: v for k, v in tool_input.items() if v not in (None, "", [], {})}
+    return ap.Question(title=f"use {tool}: {_short(shown) if shown else '(no input)'}", scope=tool)
+
+
 class ClaudeCodeAdapter(Adapter):
     """Drives one live ``claude`` process through the run's turns."""
 
@@ -73,6 +119,8 @@ class ClaudeCodeAdapter(Adapter):
         self.home: Path | None = None
         self._stack = contextlib.AsyncExitStack()
         self._requests = 0
+        self._asks: set[asyncio.Task[None]] = set()  # can_use_tool requests the chat is deciding
+        self._asking: dict[str, asyncio.Task[None]] = {}  # request id -> its task (control_cancel_request)
 
     # --- the process -------------------------------------------------------------------------
 
@@ -116,6 +164,8 @@ class ClaudeCodeAdapter(Adapter):
         if model := str(cfg.get("model") or "").strip():
             argv += ["--model", model]
         argv += ["--permission-mode", self.permission_mode()]
+        if str(cfg.get("permission-mode") or "") == const.ASK_MODE:
+            argv += list(const.PROMPT_TOOL_ARGS)
         if allowed := _lines(cfg.get("allowed-tools")):
             argv += ["--allowedTools", ",".join(allowed)]
         if denied := _lines(cfg.get("disallowed-tools")):
@@ -201,12 +251,22 @@ class ClaudeCodeAdapter(Adapter):
                 if obj is None:
                     raise await self._ended(reader)
                 self.env.touch()
-                if obj.get("type") in ("control_response", "control_request", "keep_alive"):
+                if obj.get("type") == "control_request":
+                    self._control_request(proc, obj)
+                    continue
+                if obj.get("type") == "control_cancel_request":
+                    # claude gave up on a request (e.g. the turn was interrupted): stop asking it
+                    if (task := self._asking.pop(str(obj.get("request_id") or ""), None)) is not None:
+                        task.cancel()
+                    continue
+                if obj.get("type") in ("control_response", "keep_alive"):
                     continue
                 for item in reader.feed(obj):
                     yield item
         finally:
             self.reader = None
+            for task in list(self._asks):
+                task.cancel()  # the turn is over: claude no longer waits for these answers
         if reader.error is not None:
             if isinstance(reader.error, SessionMissing):
                 await proc.stop()  # claude exits after refusing the resume; the next turn starts afresh
@@ -217,6 +277,86 @@ class ClaudeCodeAdapter(Adapter):
         self.expected_session = reader.session_id or self.expected_session
         if reader.finish_reason:
             yield ev.Finish(reader.finish_reason)
+
+    # --- permission-mode: ask ----------------------------------------------------------------
+
+    def _control_request(self, proc: AgentProcess, obj: dict[str, Any]) -> None:
+        """claude asks something on its control channel. ``can_use_tool`` (sent because of
+        ``--permission-prompt-tool stdio``) is answered by the chat in a task, so the turn keeps
+        reading while the question waits (maybe into a later run); anything else is refused."""
+        request = obj.get("request") or {}
+        request_id = str(obj.get("request_id") or "")
+        if request.get("subtype") == "can_use_tool":
+            task = asyncio.create_task(self._can_use_tool(proc, request_id, request))
+            self._asks.add(task)
+            self._asking[request_id] = task
+            task.add_done_callback(self._asks.discard)
+            task.add_done_callback(lambda _t: self._asking.pop(request_id, None))
+            return
+        log.info("claude sent control request %r; not supported here", request.get("subtype"))
+        reply = {"type": "control_response", "response": {
+            "subtype": "error", "request_id": request_id,
+            "error": f"unsupported control request {request.get('subtype')!r}"}}
+        task = asyncio.create_task(self._send_quietly(proc, reply))
+        self._asks.add(task)
+        task.add_done_callback(self._asks.discard)
+
+    @staticmethod
+    async def _send_quietly(proc: AgentProcess, obj: dict[str, Any]) -> None:
+        if proc.returncode is None:
+            with contextlib.suppress(RunnerError, OSError):
+                await proc.send_json(obj)
+
+    async def _can_use_tool(self, proc: AgentProcess, request_id: str, request: dict[str, Any]) -> None:
+        tool = str(request.get("tool_name") or "a tool")
+        raw = request.get("input")
+        tool_input: dict[str, Any] = raw if isinstance(raw, dict) else {}
+        try:
+            if tool == const.QUESTION_TOOL:
+                answer = await self._questions(tool_input)
+            else:
+                answer = await self._permission(tool, tool_input, request.get("permission_suggestions"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # never leave claude waiting on an answer that will not come
+            log.warning("answering claude's %s request: %s", tool, self.env.redact(repr(exc)))
+            answer = {"behavior": "deny", "message": "the permission request could not be asked in the chat"}
+        await self._send_quietly(proc, {"type": "control_response", "response": {
+            "subtype": "success", "request_id": request_id, "response": answer}})
+
+    async def _permission(self, tool: str, tool_input: dict[str, Any], suggestions: Any) -> dict[str, Any]:
+        question = permission_question(tool, tool_input, self.workspace)
+        decision = await self.env.ask(question)  # self.env read now: after a park it is a later run's
+        log.info("claude asked to %s: %s by %s", question.title, decision.word, decision.by or "?")
+        if not decision.allow:
+            reason = decision.reason or ("nobody answered in time" if decision.timed_out else "denied in the chat")
+            return {"behavior": "deny", "message": reason}
+        answer: dict[str, Any] = {"behavior": "allow", "updatedInput": tool_input}
+        if decision.always and (rules := session_rules(suggestions)):
+            answer["updatedPermissions"] = rules  # claude's own "don't ask again", for this session only
+        return answer
+
+    async def _questions(self, tool_input: dict[str, Any]) -> dict[str, Any]:
+        """``AskUserQuestion``: each question goes to the chat; the answers go back in
+        ``updatedInput.answers`` keyed by the question text (as the Agent SDK documents)."""
+        answers: dict[str, str] = {}
+        for item in tool_input.get("questions") or []:
+            if not isinstance(item, dict) or not str(item.get("question") or "").strip():
+                continue
+            text = str(item["question"]).strip()
+            options = [ap.Option(str(o.get("label")), str(o.get("label")), str(o.get("description") or "") or None)
+                       for o in item.get("options") or [] if isinstance(o, dict) and o.get("label")]
+            detail = str(item.get("header") or "")
+            if item.get("multiSelect"):
+                detail = (detail + " · " if detail else "") + "several may be chosen (separate them with commas)"
+            decision = await self.env.ask(ap.Question(title=" ".join(text.split())[:300], detail=detail[:300],
+                                                      kind="question", options=options, free_text=True))
+            if decision.answer is None or (not decision.allow and not decision.answer):
+                reason = decision.reason or ("nobody answered in time" if decision.timed_out
+                                             else "the user did not answer")
+                return {"behavior": "deny", "message": reason}
+            answers[text] = decision.answer
+        return {"behavior": "allow", "updatedInput": {**tool_input, "answers": answers}}
 
     async def _ended(self, reader: TurnReader) -> BaseException:
         """claude's stdout closed before the turn's result: say why."""
@@ -259,6 +399,8 @@ class ClaudeCodeAdapter(Adapter):
     async def close(self) -> None:
         """End of the run: claude (and whatever it started) and the MCP bridge stop side by side."""
         proc, self.proc = self.proc, None
+        for task in list(self._asks):
+            task.cancel()
 
         async def stop_claude() -> None:
             if proc is None:

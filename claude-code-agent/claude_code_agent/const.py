@@ -19,7 +19,12 @@ PERMISSION_MODES = {
     "read-only": "plan",
     "workspace-write": "acceptEdits",
     "full-access": "bypassPermissions",
+    "ask": "default",  # with --permission-prompt-tool stdio: claude asks us (can_use_tool) and we ask the chat
 }
+ASK_MODE = "ask"
+PROMPT_TOOL_ARGS = ("--permission-prompt-tool", "stdio")
+EDIT_TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit"}
+QUESTION_TOOL = "AskUserQuestion"
 # modes claude refuses as root unless IS_SANDBOX=1 is set
 BYPASS_MODES = {"bypassPermissions"}
 

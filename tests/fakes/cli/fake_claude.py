@@ -27,7 +27,15 @@ What it reproduces from the real transcripts (``shared/fixtures/real-peers/claud
 - Bash tool calls run for real (``/bin/bash -c`` in the cwd, own session) under the permission mode:
   ``plan`` refuses every command, ``default`` runs read-only commands, ``acceptEdits`` also file
   edits, ``bypassPermissions`` anything (as root only with ``IS_SANDBOX=1``); refusals are
-  ``tool_result`` errors listed in ``result.permission_denials``.
+  ``tool_result`` errors listed in ``result.permission_denials``;
+- ``--permission-prompt-tool stdio``: a command the mode does not allow is asked on the control
+  channel, ``{"type":"control_request","request_id":…,"request":{"subtype":"can_use_tool",
+  "tool_name":"Bash","input":{…},"permission_suggestions":[addRules Bash(<program>:*) localSettings,
+  addDirectories cwd session, setMode acceptEdits session],"tool_use_id":…}}`` (2.1.197's shape;
+  its own addRules names the whole command), and waits for the ``control_response`` with that request id: ``behavior``
+  ``allow`` runs ``updatedInput`` (``updatedPermissions`` rules are kept for the process, so the
+  next such command is not asked), ``deny`` makes its ``message`` the tool_result error text.
+  Every answer is appended to ``$FAKE_CLAUDE_ANSWERS`` (a file) when that is set.
 
 Test knobs (environment): ``FAKE_CLAUDE_NOISE=1`` prints a line that is not JSON and a JSON line of
 an unknown type before each turn's init; ``FAKE_CLAUDE_CRASH=1`` writes a stderr line and exits 3
@@ -80,7 +88,7 @@ def die(message: str, rc: int = 1) -> None:
 FLAGS_WITH_VALUE = {
     "--output-format", "--input-format", "--session-id", "--resume", "-r", "--model", "--permission-mode",
     "--allowedTools", "--allowed-tools", "--disallowedTools", "--disallowed-tools", "--append-system-prompt",
-    "--system-prompt", "--max-turns", "--mcp-config", "--add-dir", "--settings", "--fallback-model",
+    "--system-prompt", "--max-turns", "--permission-prompt-tool", "--mcp-config", "--add-dir", "--settings", "--fallback-model",
 }
 
 
@@ -382,6 +390,8 @@ class Agent:
                 if value.get("type") == "control_request":
                     if self._control(value, running=True):
                         raise Interrupted(running_tool)
+                elif value.get("type") == "control_response":
+                    return "control_response", value
                 elif value.get("type") == "user":
                     self.pending.append(value)
                 continue
@@ -522,14 +532,58 @@ class Agent:
         allowed = READ_ONLY | (EDITS if self.mode == "acceptEdits" else set())
         return bool(parts) and all(p and os.path.basename(p[0]) in allowed for p in parts)
 
+    def ask_permission(self, block: dict[str, Any]) -> dict[str, Any]:
+        """``--permission-prompt-tool stdio``: ask over the control channel, wait for the answer."""
+        tool_input = block.get("input") or {}
+        command = str(tool_input.get("command") or "")
+        program = (shlex.split(command) or ["sh"])[0] if command else "sh"
+        request_id = str(uuid.uuid4())
+        emit({"type": "control_request", "request_id": request_id, "request": {
+            "subtype": "can_use_tool", "tool_name": block.get("name"), "input": tool_input,
+            "display_name": block.get("name"), "description": command,
+            "permission_suggestions": [
+                {"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": f"{program}:*"}],
+                 "behavior": "allow", "destination": "localSettings"},
+                {"type": "addDirectories", "directories": [os.getcwd()], "destination": "session"},
+                {"type": "setMode", "mode": "acceptEdits", "destination": "session"}],
+            "tool_use_id": block.get("id")}})
+        while True:
+            kind, value = self.wait_event(running_tool=False)
+            if kind == "control_response":
+                response = value.get("response") or {}
+                if response.get("request_id") != request_id:
+                    continue
+                if path := os.environ.get("FAKE_CLAUDE_ANSWERS"):
+                    with open(path, "a", encoding="utf-8") as fh:
+                        fh.write(json.dumps(response) + "\n")
+                answer = response.get("response") or {}
+                for update in answer.get("updatedPermissions") or []:
+                    for rule in update.get("rules") or []:
+                        self.allowed.append(f"{rule.get('toolName')}({rule.get('ruleContent')})")
+                return answer
+
     def run_tool(self, block: dict[str, Any], denials: list[dict[str, Any]]) -> dict[str, Any]:
         command = str((block.get("input") or {}).get("command") or "")
+        if (self.opts.get("--permission-prompt-tool") == "stdio" and block.get("name") == "Bash"
+                and self.mode == "default" and not self.permitted(command)):
+            answer = self.ask_permission(block)
+            if answer.get("behavior") == "allow":
+                block = {**block, "input": answer.get("updatedInput") or block.get("input")}
+                command = str((block.get("input") or {}).get("command") or "")
+                return self._run_bash(block, command)
+            denials.append({"tool_name": block.get("name"), "tool_use_id": block.get("id"),
+                            "tool_input": block.get("input")})
+            return {"tool_use_id": block.get("id"), "type": "tool_result", "is_error": True,
+                    "content": str(answer.get("message") or REJECTED)}
         if block.get("name") != "Bash" or not self.permitted(command):
             denials.append({"tool_name": block.get("name"), "tool_use_id": block.get("id"),
                             "tool_input": block.get("input")})
             text = (f"Claude requested permissions to use {block.get('name')}, but you haven't granted it yet."
                     if self.mode != "plan" else "Claude is in plan mode and cannot run commands.")
             return {"tool_use_id": block.get("id"), "type": "tool_result", "content": text, "is_error": True}
+        return self._run_bash(block, command)
+
+    def _run_bash(self, block: dict[str, Any], command: str) -> dict[str, Any]:
         proc = subprocess.Popen(["/bin/bash", "-c", command], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         self.tool_id = block.get("id")

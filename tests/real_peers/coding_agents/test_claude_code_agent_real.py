@@ -158,3 +158,83 @@ async def test_cancel_during_a_tool_leaves_nothing(clis, api, host):
     await gen.aclose()
     assert not await children_left()
     assert not tool_sleeps()
+
+
+# --- permission-mode: ask (can_use_tool over the stream-json control channel) -----------------------
+
+
+async def _drive(runner, host, ctx, replies=()):
+    """Run ``ctx``; each time a question reaches the chat the next of ``replies`` is typed."""
+    replies, out = list(replies), []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+        content = r.data.get("message", {}).get("content") if rtype(r) == "message.completed" else None
+        if replies and isinstance(content, str) and "wants to" in content:
+            host.queue_steering(ctx, replies.pop(0))
+    return out
+
+
+async def test_ask_mode_a_typed_allow_runs_the_command(clis, api, host, tmp_path):
+    from runner_kit import approvals as ap
+
+    api.tool_command = "touch made.txt"
+    ws = tmp_path / "ws"
+    cfg = config(clis, api, None, workspace=str(ws), **{"permission-mode": "ask"})
+    try:
+        out = await _drive(make_runner(PLUGIN, host), host, host.make_context("make a file", steering=True, config=cfg),
+                           ["allow"])
+    finally:
+        await ap.close_all()
+    assert rtype(terminal(out)) == "run.completed", terminal(out).data
+    asked = [m for m in messages(out) if "wants to" in m]
+    assert len(asked) == 1 and "run a command: touch made.txt" in asked[0], messages(out)
+    assert (ws / "made.txt").exists()
+    assert HELLO in "".join(messages(out))
+
+
+async def test_ask_mode_a_denial_with_a_reason_reaches_the_model(clis, api, host, tmp_path):
+    from runner_kit import approvals as ap
+
+    api.tool_command = "touch made.txt"
+    ws = tmp_path / "ws"
+    cfg = config(clis, api, None, workspace=str(ws), **{"permission-mode": "ask"})
+    try:
+        out = await _drive(make_runner(PLUGIN, host), host, host.make_context("make a file", steering=True, config=cfg),
+                           ["deny: not here"])
+    finally:
+        await ap.close_all()
+    assert rtype(terminal(out)) == "run.completed", terminal(out).data
+    assert not (ws / "made.txt").exists()
+    sent = json_dumps_of(api.model_requests()[-1].body)
+    assert "not here" in sent
+
+
+async def test_ask_mode_a_button_in_a_new_run_finishes_the_turn(clis, api, host, tmp_path, spawned):
+    from runner_kit import approvals as ap
+
+    api.tool_command = "touch made.txt"
+    ws = tmp_path / "ws"
+    cfg = config(clis, api, None, workspace=str(ws), **{"permission-mode": "ask"})
+    runner = make_runner(PLUGIN, host)
+    try:
+        out1 = await _drive(runner, host, host.make_context("make a file", interactions=True, config=cfg))
+        assert rtype(terminal(out1)) == "run.completed", terminal(out1).data
+        (req,) = host.interactions
+        assert "touch made.txt" in req["description"]
+        assert process.alive(spawned[0]) and not (ws / "made.txt").exists()
+        out2 = await _drive(runner, host, host.make_context(
+            "", interactions=True, config=cfg,
+            interaction={"interaction_id": req["interaction_id"], "action_id": "allow"}))
+    finally:
+        await ap.close_all()
+    assert rtype(terminal(out2)) == "run.completed", terminal(out2).data
+    assert (ws / "made.txt").exists()
+    assert HELLO in "".join(messages(out2))
+    assert not process.alive(spawned[0])
+
+
+def json_dumps_of(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, ensure_ascii=False)
