@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from runner_kit import approvals as ap
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
@@ -41,7 +42,7 @@ from . import const
 from .errors import rpc_failure, session_gone
 from .home import codex_config, native_codex, write_config
 from .mapping import TurnMapper, UsageMeter
-from .policy import APPROVAL_METHODS, FILE_CHANGE_APPROVAL, Permissions
+from .policy import APPROVAL_METHODS, FILE_CHANGE_APPROVAL, USER_INPUT, Permissions, question_parts
 from .rpc import Notification, Peer, PeerClosed, RpcError
 
 try:  # the run-scoped LangBot MCP bridge (runner_kit.agent_mcp)
@@ -251,15 +252,49 @@ class CodexAdapter(Adapter):
     async def _answer(self, method: str, params: dict[str, Any]) -> Any:
         if method in APPROVAL_METHODS and self._perms is not None:
             paths = self._file_paths.get(str(params.get("itemId"))) if method == FILE_CHANGE_APPROVAL else None
+            if self._perms.asks:
+                return await self._ask(method, params, paths)
             accepted, why = self._perms.answer(method, params, paths)
             what = params.get("command") or ", ".join(paths or []) or method
             self._events.append(ev.Log(f"Codex asked to approve {what}: {'accepted' if accepted else 'declined'} "
                                        f"({why}; permission-mode {self._perms.mode})"))
             return self._perms.decision(method, accepted)
+        if method == USER_INPUT and self._perms is not None and self._perms.asks:
+            return await self._questions(params)
         if method == "mcpServer/elicitation/request":
             return {"action": "decline", "content": None}
         self._events.append(ev.Log(f"Codex asked {method}, which this runner does not answer", "warning"))
         raise RpcError(-32601, f"{method} is not supported by the LangBot Codex runner")
+
+    async def _ask(self, method: str, params: dict[str, Any], paths: list[str] | None) -> Any:
+        """permission-mode ask: the chat answers. This runs in its own task (the peer answers each
+        server request in a task), so the reader keeps reading while the question waits, possibly
+        into a later run; ``self.env`` is read only after the wait, as the kit may have swapped it."""
+        assert self._perms is not None
+        title, detail, scope = question_parts(method, params, paths)
+        d = await self.env.ask(ap.Question(title=title, detail=detail, scope=scope))
+        verdict = "allowed for this session" if d.allow and d.always else "allowed" if d.allow else "denied"
+        why = f" ({d.reason})" if d.reason and not d.allow else ""
+        self._events.append(ev.Log(f"Codex asked to {title}: {verdict}{why}"))
+        return self._perms.decision(method, d.allow, d.always)
+
+    async def _questions(self, params: dict[str, Any]) -> dict[str, Any]:
+        """``item/tool/requestUserInput`` (the request_user_input tool): each question asked in the
+        chat in turn; the answer is ``{answers: {<question id>: {answers: [..]}}}``
+        (app-server-protocol v2 ``ToolRequestUserInputResponse``); an unanswered question gets
+        an empty list."""
+        answers: dict[str, Any] = {}
+        for q in params.get("questions") or []:
+            if not isinstance(q, dict) or not q.get("id"):
+                continue
+            opts = [ap.Option(str(o.get("label")), str(o.get("label")), str(o.get("description") or "") or None)
+                    for o in (q.get("options") or []) if isinstance(o, dict) and o.get("label")]
+            d = await self.env.ask(ap.Question(
+                title=str(q.get("question") or q.get("header") or "a question"), detail=str(q.get("header") or ""),
+                kind="question", options=opts, free_text=bool(q.get("isOther")) or not opts))
+            got = d.answer if d.allow and d.answer else None
+            answers[str(q["id"])] = {"answers": [got] if got else []}
+        return {"answers": answers}
 
     # --- stopping -----------------------------------------------------------------------------
 

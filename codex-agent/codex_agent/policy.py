@@ -16,6 +16,17 @@ answered by the mode, never by a blanket yes:
 - ``full-access``: accept (the owner gave the agent the machine).
 
 A declined request lets Codex carry on with the turn (``decline``, not ``cancel``).
+
+``ask`` (asked in the chat): sandbox ``workspace-write`` with approval policy ``untrusted``. Of
+Codex's asking policies, ``untrusted`` is the one that stops before every command outside its
+trusted read-only set (``ls``, ``cat``, ``rg`` …) and before file changes, whether or not the
+sandbox would allow them (real-peers.md §codex: ``untrusted`` asks
+``item/commandExecution/requestApproval`` for a plain write); ``on-request`` leaves the choice to
+the model, which runs most commands inside the sandbox without asking, so the chat would see
+little. Each request becomes one :class:`runner_kit.approvals.Question` (see :func:`question`) and
+the answer goes back as ``accept`` / ``acceptForSession`` / ``decline`` (v1: ``approved`` /
+``approved_for_session`` / ``denied``); Codex's decline carries no reason field, so a deny reason
+stays in the chat.
 """
 
 from __future__ import annotations
@@ -25,7 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-MODES = ("read-only", "workspace-write", "full-access")
+ASK = "ask"
+MODES = ("read-only", "workspace-write", "full-access", ASK)
 SANDBOXES = ("read-only", "workspace-write", "danger-full-access")
 APPROVALS = ("untrusted", "on-failure", "on-request", "never")
 PRESET = "preset"
@@ -34,6 +46,7 @@ _PRESETS: dict[str, tuple[str, str]] = {
     "read-only": ("read-only", "never"),
     "workspace-write": ("workspace-write", "never"),
     "full-access": ("danger-full-access", "never"),
+    ASK: ("workspace-write", "untrusted"),
 }
 
 COMMAND_APPROVAL = "item/commandExecution/requestApproval"
@@ -41,6 +54,7 @@ FILE_CHANGE_APPROVAL = "item/fileChange/requestApproval"
 # the v1 names older app-servers still send for the same two questions
 LEGACY_COMMAND_APPROVAL = "execCommandApproval"
 LEGACY_PATCH_APPROVAL = "applyPatchApproval"
+USER_INPUT = "item/tool/requestUserInput"
 APPROVAL_METHODS = frozenset({COMMAND_APPROVAL, FILE_CHANGE_APPROVAL, LEGACY_COMMAND_APPROVAL, LEGACY_PATCH_APPROVAL})
 
 
@@ -97,10 +111,18 @@ class Permissions:
                 return False, "asks for more than the workspace sandbox allows"
         return True, "a command inside the workspace"
 
-    def decision(self, method: str, accepted: bool) -> dict[str, Any]:
+    @property
+    def asks(self) -> bool:
+        return self.mode == ASK
+
+    def decision(self, method: str, accepted: bool, always: bool = False) -> dict[str, Any]:
         if method in (LEGACY_COMMAND_APPROVAL, LEGACY_PATCH_APPROVAL):
-            return {"decision": "approved" if accepted else "denied"}
-        return {"decision": "accept" if accepted else "decline"}
+            if accepted:
+                return {"decision": "approved_for_session" if always else "approved"}
+            return {"decision": "denied"}
+        if accepted:
+            return {"decision": "acceptForSession" if always else "accept"}
+        return {"decision": "decline"}
 
     def inside(self, path: str) -> bool:
         p = Path(path)
@@ -116,3 +138,44 @@ def _legacy_paths(params: dict[str, Any]) -> list[str]:
     if isinstance(changes, dict):
         return [str(k) for k in changes]
     return []
+
+
+def question_parts(method: str, params: dict[str, Any], changes: list[str] | None = None) -> tuple[str, str, str]:
+    """``(title, detail, scope)`` of the chat question for one approval request."""
+    if method in (FILE_CHANGE_APPROVAL, LEGACY_PATCH_APPROVAL):
+        paths = list(changes or []) + _legacy_paths(params)
+        root = params.get("grantRoot") or params.get("grant_root")
+        what = ", ".join(paths) or (f"under {root}" if root else "in the workspace")
+        detail = str(params.get("reason") or "")
+        return f"change files: {what}", _one_line(detail), "edit"
+    cmd = params.get("command")
+    if isinstance(cmd, list):  # v1 execCommandApproval: argv
+        argv = [str(c) for c in cmd]
+    else:
+        argv = _split(str(cmd or ""))
+    shown = _unwrap(argv)
+    program = os.path.basename(shown[0]) if shown else "command"
+    cwd = params.get("cwd")
+    return (f"run a command: {_one_line(' '.join(shown) or str(cmd or ''))}",
+            f"in {cwd}" if cwd else "", f"shell:{program}")
+
+
+def _split(cmd: str) -> list[str]:
+    import shlex
+    try:
+        return shlex.split(cmd)
+    except ValueError:
+        return cmd.split()
+
+
+def _unwrap(argv: list[str]) -> list[str]:
+    """``/bin/bash -lc 'git push'`` → ``git push`` (Codex wraps each command in a login shell)."""
+    if len(argv) == 3 and os.path.basename(argv[0]) in ("bash", "sh", "zsh") and argv[1] in ("-lc", "-c"):
+        inner = _split(argv[2])
+        return inner if inner else argv
+    return argv
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -156,3 +156,49 @@ async def test_langbot_tools_reach_the_model_as_codexs_mcp_tools(clis, api, host
                       resources=resources)
     assert rtype(terminal(plain)) == "run.completed"
     assert "mcp__langbot" not in [t.get("name") for t in api.model_requests()[-1].body.get("tools", [])]
+
+
+# --- permission-mode: ask (untrusted asks item/commandExecution/requestApproval) ---------------------
+
+
+async def test_ask_mode_a_typed_allow_runs_the_command(clis, api, host):
+    from runner_kit import approvals as ap
+    from tests.helpers import messages
+    from tests.plugins.test_codex_agent_approvals import drive, questions
+
+    try:
+        runner = make_runner(PLUGIN, host)
+        ctx = host.make_context("run it", steering=True, config=config(clis, api, "toolw", **{"permission-mode": "ask"}))
+        out = await drive(runner, host, ctx, ["allow"])
+        assert rtype(terminal(out)) == "run.completed", terminal(out).data
+        (q,) = questions(out)
+        assert "run a command: touch created-by-tool.txt" in q
+        started = [r for r in out if rtype(r) == "tool.call.started"]
+        assert (Path(started[0].data["parameters"]["cwd"]) / "created-by-tool.txt").is_file()
+        assert "The tool ran; done." in "".join(messages(out))
+    finally:
+        await ap.close_all()
+
+
+async def test_ask_mode_a_button_in_a_new_run_runs_the_command(clis, api, host):
+    from runner_kit import approvals as ap
+    from tests.helpers import messages
+    from tests.plugins.test_codex_agent_approvals import drive
+
+    try:
+        runner = make_runner(PLUGIN, host)
+        cfg = config(clis, api, "toolw", **{"permission-mode": "ask"})
+        out1 = await drive(runner, host, host.make_context("run it", interactions=True, config=cfg))
+        assert rtype(terminal(out1)) == "run.completed", terminal(out1).data
+        (req,) = host.interactions
+        assert "touch created-by-tool.txt" in req["description"]
+        out2 = await drive(runner, host, host.make_context(
+            "", interactions=True, config=cfg,
+            interaction={"interaction_id": req["interaction_id"], "action_id": "allow"}))
+        assert rtype(terminal(out2)) == "run.completed", terminal(out2).data
+        done = [r for r in out2 if rtype(r) == "tool.call.completed"]
+        assert done and not done[0].data.get("error"), "the rest of the turn streams in run 2"
+        assert "The tool ran; done." in "".join(messages(out2))
+        assert not await children_left()
+    finally:
+        await ap.close_all()

@@ -1,0 +1,216 @@
+"""codex-agent in ``permission-mode: ask``: Codex runs with sandbox ``workspace-write`` and approval
+policy ``untrusted``, so the scripted ``codex app-server`` (tests/fakes/cli/fake_codex.py) asks
+``item/commandExecution/requestApproval`` for a write command (``toolw``); the chat answers — typed
+inside the run, or by a button through a new run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner_kit import approvals as ap
+from runner_kit.process import alive
+from runners_cli.host import Identity
+from tests.helpers import make_runner, messages, rtype, terminal
+from tests.plugins.test_codex_agent import env, host  # noqa: F401 - fixtures
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "codex-agent"))
+from codex_agent.policy import Permissions, question_parts  # noqa: E402
+
+PLUGIN = "codex-agent"
+DONE = "The tool ran; done."
+
+
+@pytest.fixture(autouse=True)
+async def no_parked():
+    yield
+    await ap.close_all()
+
+
+def ask_config(env, **extra):  # noqa: F811
+    return env.config("toolw", **{"permission-mode": "ask", **extra})
+
+
+async def drive(runner, host, ctx, replies=(), when="wants to"):  # noqa: F811
+    """Run ``ctx``; each time a question reaches the chat the next of ``replies`` is typed."""
+    replies = list(replies)
+    out = []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+        if rtype(r) == "message.completed" and replies:
+            content = r.data["message"]["content"]
+            if isinstance(content, str) and (when in content or "Only" in content):
+                a = replies.pop(0)
+                text, ident = a if isinstance(a, tuple) else (a, None)
+                host.queue_steering(ctx, text, ident)
+    return out
+
+
+def questions(out):
+    return [m for m in messages(out) if "wants to" in m]
+
+
+def tool_done(out):
+    return [r.data for r in out if rtype(r) == "tool.call.completed"]
+
+
+def made(env):  # noqa: F811
+    return [w for w in env.workspaces() if (w / "created-by-tool.txt").exists()]
+
+
+# --- pieces -------------------------------------------------------------------------------------
+
+
+def test_ask_presets_workspace_write_and_untrusted(tmp_path):
+    p = Permissions.from_config({"permission-mode": "ask"}, tmp_path)
+    assert p.thread_params() == {"sandbox": "workspace-write", "approvalPolicy": "untrusted"}
+    assert p.asks
+    assert p.decision("item/commandExecution/requestApproval", True, True) == {"decision": "acceptForSession"}
+    assert p.decision("item/fileChange/requestApproval", True) == {"decision": "accept"}
+    assert p.decision("item/fileChange/requestApproval", False) == {"decision": "decline"}
+    assert p.decision("execCommandApproval", True, True) == {"decision": "approved_for_session"}
+    assert p.decision("applyPatchApproval", False) == {"decision": "denied"}
+
+
+def test_questions_name_the_command_or_the_files():
+    t = question_parts("item/commandExecution/requestApproval",
+                       {"command": "/bin/bash -lc 'git push origin main'", "cwd": "/w/x"})
+    assert t == ("run a command: git push origin main", "in /w/x", "shell:git")
+    t = question_parts("execCommandApproval", {"command": ["/usr/bin/rm", "-rf", "x"], "cwd": "/w"})
+    assert t == ("run a command: /usr/bin/rm -rf x", "in /w", "shell:rm")
+    t = question_parts("item/fileChange/requestApproval", {"itemId": "i"}, ["/w/a.py", "/w/b.py"])
+    assert t[0] == "change files: /w/a.py, /w/b.py" and t[2] == "edit"
+    assert question_parts("applyPatchApproval", {"fileChanges": {"/w/c.txt": {}}})[0] == "change files: /w/c.txt"
+
+
+# --- typed answers inside the run -------------------------------------------------------------------
+
+
+async def test_typed_allow_once_runs_the_command(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    out = await drive(runner, host, host.make_context("make a file", steering=True, config=ask_config(env)), ["allow"])
+    assert rtype(terminal(out)) == "run.completed", out[-1].data
+    (q,) = questions(out)
+    assert "run a command: touch created-by-tool.txt" in q
+    (start,) = env.requests("thread/start")
+    assert (start["sandbox"], start["approvalPolicy"]) == ("workspace-write", "untrusted")
+    (a,) = env.events("approval")
+    assert a["answer"] == {"decision": "accept"}
+    assert made(env)
+    assert not tool_done(out)[0]["error"]
+    assert DONE in "".join(messages(out))
+
+
+async def test_deny_declines_and_the_turn_goes_on(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    out = await drive(runner, host, host.make_context("make a file", steering=True, config=ask_config(env)),
+                      ["deny: not in this repo"])
+    assert rtype(terminal(out)) == "run.completed"
+    (a,) = env.events("approval")
+    assert a["answer"] == {"decision": "decline"}  # Codex's decline has no field for the reason
+    assert not made(env)
+    assert tool_done(out)[0]["error"] == "declined"
+    assert DONE in "".join(messages(out))
+
+
+async def test_allow_for_session_answers_accept_for_session_and_is_not_asked_again(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    cfg = ask_config(env)
+    out1 = await drive(runner, host, host.make_context("make a file", steering=True, config=cfg), ["always"])
+    assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1
+    assert env.events("approval")[0]["answer"] == {"decision": "acceptForSession"}
+    for w in made(env):
+        (w / "created-by-tool.txt").unlink()
+    out2 = await drive(runner, host, host.make_context("once more", steering=True, config=cfg), ["deny"])
+    assert rtype(terminal(out2)) == "run.completed"
+    assert not questions(out2), "the same kind of request is not asked again"
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["acceptForSession", "acceptForSession"]
+    assert made(env)
+
+
+async def test_no_answer_within_the_approval_timeout_is_a_denial(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    ctx = host.make_context("make a file", steering=True, config=ask_config(env, **{"approval-timeout": 1.2}))
+    out = await drive(runner, host, ctx)
+    assert rtype(terminal(out)) == "run.completed"
+    (a,) = env.events("approval")
+    assert a["answer"] == {"decision": "decline"}
+    assert not made(env)
+    assert any("No answer within" in m for m in messages(out)), messages(out)
+
+
+async def test_someone_else_cannot_answer_and_the_question_stays_open(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    other = Identity(actor_id="u-2", actor_name="Mallory")
+    ctx = host.make_context("make a file", steering=True, config=ask_config(env))
+    out = await drive(runner, host, ctx, [("allow", other), "allow"])
+    assert rtype(terminal(out)) == "run.completed"
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept"]
+    assert any("Only" in m for m in messages(out))
+    assert made(env)
+
+
+async def test_other_modes_do_not_ask(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    ctx = host.make_context("make a file", steering=True, config=env.config("toolw"))
+    out = await drive(runner, host, ctx)
+    assert rtype(terminal(out)) == "run.completed"
+    assert not questions(out) and not env.events("approval")
+    (start,) = env.requests("thread/start")
+    assert start["approvalPolicy"] == "never"
+
+
+# --- buttons: the answer comes as a new run ---------------------------------------------------------
+
+
+async def test_button_answer_through_a_new_run_finishes_the_turn_and_stops_codex(env, host):  # noqa: F811
+    runner = make_runner(PLUGIN, host)
+    cfg = ask_config(env)
+    out1 = await drive(runner, host, host.make_context("make a file", interactions=True, config=cfg))
+    assert rtype(terminal(out1)) == "run.completed"
+    (req,) = host.interactions
+    assert "touch created-by-tool.txt" in req["description"]
+    assert [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
+    (started,) = env.events("start")
+    pid = started["pid"]
+    assert alive(pid), "codex waits, parked, for the click"
+    assert not made(env)
+    out2 = await drive(runner, host, host.make_context(
+        "", interactions=True, config=cfg,
+        interaction={"interaction_id": req["interaction_id"], "action_id": "allow"}))
+    assert rtype(terminal(out2)) == "run.completed", out2[-1].data
+    assert made(env)
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept"]
+    assert tool_done(out2) and not tool_done(out2)[0]["error"], "the rest streams in run 2"
+    assert DONE in "".join(messages(out2))
+    assert not alive(pid), "codex is stopped at the end of run 2"
+
+
+# --- request_user_input --------------------------------------------------------------------------
+
+
+async def test_request_user_input_is_asked_per_question_and_answered_by_id(tmp_path):
+    from types import SimpleNamespace
+
+    from codex_agent.adapter import CodexAdapter
+
+    asked: list[ap.Question] = []
+
+    async def ask(q):
+        asked.append(q)
+        return ap.Decision(allow=True, answer="Postgres" if q.options else "soon")
+
+    a = CodexAdapter(SimpleNamespace(config={}, ask=ask))
+    a._perms = Permissions.from_config({"permission-mode": "ask"}, tmp_path)
+    params = {"threadId": "t", "turnId": "u", "itemId": "i", "questions": [
+        {"id": "db", "header": "Database", "question": "Which database?", "isOther": False, "isSecret": False,
+         "options": [{"label": "Postgres", "description": "the usual"}, {"label": "SQLite", "description": "small"}]},
+        {"id": "when", "header": "When", "question": "When to ship?", "options": None}]}
+    got = await a._answer("item/tool/requestUserInput", params)
+    assert got == {"answers": {"db": {"answers": ["Postgres"]}, "when": {"answers": ["soon"]}}}
+    assert [q.kind for q in asked] == ["question", "question"]
+    assert [o.value for o in asked[0].options] == ["Postgres", "SQLite"] and not asked[0].free_text
+    assert asked[1].free_text and asked[0].title == "Which database?"
