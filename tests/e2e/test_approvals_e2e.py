@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import tests.contract.cases  # noqa: F401  (loads the case modules in order; the ACP case is used below)
 from runners_cli.plugins import find
 from tests.e2e.harness import FakeLark, Host, say, wait_for
 from tests.fakes.dify import FakeDify
@@ -58,3 +59,89 @@ def test_a_lark_bot_answers_through_the_pipeline(langbot: Host, lark: FakeLark) 
         assert resp.status_code == 200, resp.text
         wait_for("the answer in the Lark chat", lambda: any("from Dify" in t for t in _replies(lark)), 30)
     say(f"lark calls: {[c['path'] for c in lark.calls()]}")
+
+
+# --- a coding agent asks; the person answers ------------------------------------------------------
+
+ACP = find("acp-agent-runner")
+
+
+@pytest.fixture(scope="module")
+def acp_installed(langbot: Host) -> Host:
+    langbot.install_plugin(ACP)
+    return langbot
+
+
+@pytest.fixture
+def model_api(tmp_path: Path) -> Iterator[Any]:
+    """The fake model API the scripted codex-acp-shaped agent calls; it asks for ``touch made.txt``."""
+    from tests.contract.case_acp_agent_runner import _Server
+
+    srv = _Server().start()
+    srv.tool_command = "touch made.txt"
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _ask_config(srv: Any, workspace: Path, **extra: Any) -> dict[str, Any]:
+    from tests.contract.case_acp_agent_runner import config
+
+    return {**config(srv), "workspace": str(workspace), "permission-mode": "ask", "timeout": 120,
+            "advanced-settings": True, **extra}
+
+
+def test_a_typed_approval_in_the_websocket_chat_answers_the_running_agent(
+        acp_installed: Host, model_api: Any, tmp_path: Path) -> None:
+    """No buttons on the websocket: the question arrives as its own reply while the run is open, the
+    typed ``allow`` is claimed by that run (steering) and answers the agent, which runs the command
+    and finishes the turn in the same run; the answer is logged with who gave it."""
+    from tests.e2e.harness import run_inputs, ws_dialogue
+
+    host = acp_installed
+    workspace = tmp_path / "ws"
+    pipeline = host.create_pipeline("acp-ask-ws", _ask_config(model_api, workspace), ACP.runner_id)
+    chat = ws_dialogue(host, pipeline, "make a file", [("wants to", "allow")], timeout=120)
+    shown = [r["content"] for r in chat.shown()]
+    say(f"acp ask over the websocket: {shown}")
+    assert any("wants to run a command: touch made.txt" in s for s in shown), shown
+    assert (workspace / "made.txt").exists(), "the approved command ran"
+    run = host.finished_run(chat.conversation_id)
+    assert run["status"] == "completed", run
+    assert len(host.runs(chat.conversation_id)) == 1, "answered inside the run that asked"
+    inputs = json.dumps(run_inputs(host, run["run_id"]))
+    assert "steering.dropped" not in inputs
+    events = host.run_events(run["run_id"])
+    logged = json.dumps([e for e in events if e["type"] == "processor.log"], ensure_ascii=False)
+    assert "allowed once by" in logged, logged
+    (permission,) = model_api.events("permission")
+    assert permission["option"] == "approved"
+
+
+def test_a_lark_button_click_resumes_the_waiting_agent_in_a_new_run(
+        acp_installed: Host, model_api: Any, lark: FakeLark, tmp_path: Path) -> None:
+    """A lark-omni bot renders the question as a card with buttons; the run that asked ends, the
+    click comes back as a new ``interaction.submitted`` run that attaches to the waiting agent, the
+    command runs and the agent's answer is delivered to the Lark chat."""
+    host = acp_installed
+    workspace = tmp_path / "ws"
+    pipeline = host.create_pipeline("acp-ask-lark", _ask_config(model_api, workspace), ACP.runner_id)
+    bot = host.create_lark_bot("acp-ask-lark", pipeline, lark)
+    assert host.lark_webhook(bot, lark.message("make a file")).status_code == 200
+    wait_for("the question's buttons in the Lark chat", lambda: len(lark.buttons()) >= 3, 60)
+    buttons = dict(lark.buttons())
+    say(f"lark buttons: {list(buttons)}")
+    assert {"Allow once", "Allow for this session", "Deny"} <= set(buttons), buttons
+    assert not (workspace / "made.txt").exists(), "nothing runs before the answer"
+    before = len(lark.calls())
+    assert host.lark_webhook(bot, lark.click(buttons["Allow once"])).status_code == 200
+    answer = "".join(model_api.answer_tokens)
+    try:
+        wait_for("the agent's answer in the Lark chat", lambda: any(answer in t for t in _replies(lark, before)), 60)
+    finally:
+        say(f"lark calls after the click: {[(c['method'], c['path'], c['body']) for c in lark.calls()[before:]]}")
+    assert (workspace / "made.txt").exists(), "the approved command ran"
+    (permission,) = model_api.events("permission")
+    assert permission["option"] == "approved"
+    assert any("Allow" in t for t in lark.texts()[before:]), "the card says what was chosen"
