@@ -35,6 +35,24 @@ async def run(runner: Any, host: LocalHost, text: str = "hello", **ctx_kwargs: A
     return out
 
 
+async def run_answering(runner: Any, host: LocalHost, ctx: Any, answers: Any = (), when: str = "wants to") -> list[Any]:
+    """Invoke ``ctx`` like :func:`run`; each time a question reaches the chat (a complete message
+    containing ``when``, or a refusal saying who may answer), the next of ``answers`` is typed into
+    the running run as a follow-up: text, or ``(text, Identity)`` for someone else."""
+    pending = list(answers)
+    out = []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+        if rtype(r) == "message.completed" and pending:
+            content = r.data["message"]["content"]
+            if isinstance(content, str) and (when in content or "Only" in content):
+                a = pending.pop(0)
+                text, ident = a if isinstance(a, tuple) else (a, None)
+                host.queue_steering(ctx, text, ident)
+    return out
+
+
 def terminal(results: list[Any]) -> Any:
     ends = [r for r in results if rtype(r) in TERMINAL]
     assert len(ends) == 1, [rtype(r) for r in results]

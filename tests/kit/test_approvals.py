@@ -13,6 +13,7 @@ from runner_kit.config import ConfigSchema
 from runner_kit.runner import Adapter
 from runners_cli.host import Identity
 from tests.helpers import messages, rtype, scripted_runner, terminal
+from tests.helpers import run_answering as drive
 
 SCHEMA = ConfigSchema.from_items(
     [
@@ -61,23 +62,6 @@ def make(*questions):
 
 
 texts = messages
-
-
-async def drive(runner, host, ctx, answers=(), when="wants to"):
-    """Run ``ctx``; each time a question reaches the chat, the next of ``answers`` is typed
-    (``(text, identity)`` or text)."""
-    answers = list(answers)
-    out = []
-    async for r in runner.invoke(ctx):
-        host.apply_result(ctx.run_id, r)
-        out.append(r)
-        if rtype(r) == "message.completed" and answers:
-            content = r.data["message"]["content"]
-            if isinstance(content, str) and (when in content or "Only" in content):
-                a = answers.pop(0)
-                text, ident = a if isinstance(a, tuple) else (a, None)
-                host.queue_steering(ctx, text, ident)
-    return out
 
 
 # --- reading answers ----------------------------------------------------------------------------

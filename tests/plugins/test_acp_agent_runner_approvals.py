@@ -17,6 +17,7 @@ from runners_cli.host import Identity, LocalHost
 from runners_cli.plugins import find
 from tests.contract.case_acp_agent_runner import _Server, config
 from tests.helpers import make_runner, messages, rtype, terminal
+from tests.helpers import run_answering as drive
 from tests.plugins.test_acp_agent_runner import _no_children
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "acp-agent-runner"))
@@ -50,22 +51,6 @@ async def no_parked():
 
 def ask_config(srv, ws, **extra):
     return {**config(srv), "workspace": str(ws), "permission-mode": "ask", **extra}
-
-
-async def drive(runner, host, ctx, answers=(), when="wants to"):
-    """Run ``ctx``; each time a question reaches the chat the next of ``answers`` is typed."""
-    answers = list(answers)
-    out = []
-    async for r in runner.invoke(ctx):
-        host.apply_result(ctx.run_id, r)
-        out.append(r)
-        if rtype(r) == "message.completed" and answers:
-            content = r.data["message"]["content"]
-            if isinstance(content, str) and (when in content or "Only" in content):
-                a = answers.pop(0)
-                text, ident = a if isinstance(a, tuple) else (a, None)
-                host.queue_steering(ctx, text, ident)
-    return out
 
 
 def questions(out):

@@ -18,6 +18,7 @@ from runners_cli.plugins import find
 from tests.contract import cases as _cases  # noqa: F401 - loads the case modules in their order
 from tests.contract.case_claude_code_agent import KEY, ClaudeModelAPI, config
 from tests.helpers import make_runner, messages, rtype, terminal
+from tests.helpers import run_answering as drive
 from tests.plugins.test_claude_code_agent import no_children
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "claude-code-agent"))
@@ -69,22 +70,6 @@ def answers(path: Path) -> list[dict]:
 def ask_config(api, ws, **extra):
     return {**config(api), "workspace": str(ws), "permission-mode": "ask",
             "advanced-settings": True, "env": f"FAKE_CLAUDE_ANSWERS={ws.parent / 'answers.jsonl'}", **extra}
-
-
-async def drive(runner, host, ctx, replies=(), when="wants to"):
-    """Run ``ctx``; each time a question reaches the chat the next of ``replies`` is typed."""
-    replies = list(replies)
-    out = []
-    async for r in runner.invoke(ctx):
-        host.apply_result(ctx.run_id, r)
-        out.append(r)
-        if rtype(r) == "message.completed" and replies:
-            content = r.data["message"]["content"]
-            if isinstance(content, str) and (when in content or "Only" in content):
-                a = replies.pop(0)
-                text, ident = a if isinstance(a, tuple) else (a, None)
-                host.queue_steering(ctx, text, ident)
-    return out
 
 
 def questions(out):

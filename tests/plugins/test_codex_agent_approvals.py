@@ -14,6 +14,7 @@ from runner_kit import approvals as ap
 from runner_kit.process import alive
 from runners_cli.host import Identity
 from tests.helpers import make_runner, messages, rtype, terminal
+from tests.helpers import run_answering as drive
 from tests.plugins.test_codex_agent import env, host  # noqa: F401 - fixtures
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "codex-agent"))
@@ -31,22 +32,6 @@ async def no_parked():
 
 def ask_config(env, **extra):  # noqa: F811
     return env.config("toolw", **{"permission-mode": "ask", **extra})
-
-
-async def drive(runner, host, ctx, replies=(), when="wants to"):  # noqa: F811
-    """Run ``ctx``; each time a question reaches the chat the next of ``replies`` is typed."""
-    replies = list(replies)
-    out = []
-    async for r in runner.invoke(ctx):
-        host.apply_result(ctx.run_id, r)
-        out.append(r)
-        if rtype(r) == "message.completed" and replies:
-            content = r.data["message"]["content"]
-            if isinstance(content, str) and (when in content or "Only" in content):
-                a = replies.pop(0)
-                text, ident = a if isinstance(a, tuple) else (a, None)
-                host.queue_steering(ctx, text, ident)
-    return out
 
 
 def questions(out):
