@@ -14,26 +14,34 @@ Stream event order (platforms.md §1):
 from __future__ import annotations
 
 import json
+import time
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
-from urllib.parse import urljoin
+from urllib.parse import quote, urljoin
 
+import httpx
+
+from runner_kit import approvals as ap
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
-from runner_kit.http import finish_body, open_stream, read_json, timeout_for
+from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
+from runner_kit.session import session_key
 from runner_kit.streams import iter_sse
-from runner_kit.wire import maybe_json, open_answer, sse_objects, tool_input
+from runner_kit.wire import json_object, maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_envelope
+from .human_input import Form
 
 log = get_logger("runner_kit.dify")
 
 MAX_JSON_BODY = 16 * 1024 * 1024
+HOST_MAX_EXPIRY = 24 * 3600 - 120  # LangBot refuses an interaction that expires more than 24 h ahead
 
 
 def _file_type(f: InputFile) -> str:
@@ -61,6 +69,7 @@ class DifyAdapter(Adapter):
         self.task_id: str | None = None
         self._done = False
         self._unknown: set[str] = set()
+        self._go_on = False  # set by _resume: this message is sent to Dify as usual
 
     # --- request building ----------------------------------------------------------------------
 
@@ -129,6 +138,13 @@ class DifyAdapter(Adapter):
     # --- streaming -------------------------------------------------------------------------------
 
     async def stream(self) -> AsyncIterator[ev.Event]:
+        record = self._pending()
+        submission = getattr(self.env.ctx.input, "interaction", None)
+        if submission is not None or record is not None:
+            async for item in self._resume(record, submission):
+                yield item
+            if not self._go_on:
+                return
         url, body = await self._request()
         # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
         # (a proxy page, a wrong route) is an ordinary error and the id is kept
@@ -136,22 +152,26 @@ class DifyAdapter(Adapter):
         async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
                                parse_error=parse_envelope, hint=BASE_URL_HINT, gone=gone,
                                headers=self.headers, json=body) as answer:
-            resp = answer.resp
-            ctype = resp.headers.get("content-type", "").lower()
             if answer.json is not None:
                 for item in self._blocking(answer.json):
                     yield item
                 return
-            state = _StreamState()
-            events = iter_sse(self.env.watch(resp.aiter_bytes()))
-            async with aclosing(sse_objects(events, self.platform, complete=lambda: state.message_ended)) as objects:
-                async for data in objects:
-                    for item in self._map(data, state):
-                        yield item
-                    if state.finished:
-                        break
-            if state.finished:
-                await finish_body(events)  # lets the connection be reused
+            async for item in self._consume(answer.resp):
+                yield item
+
+    async def _consume(self, resp: httpx.Response) -> AsyncIterator[ev.Event]:
+        """One event stream (the answer, or a resumed run's ``/workflow/{id}/events``) as events."""
+        ctype = resp.headers.get("content-type", "").lower()
+        state = _StreamState()
+        events = iter_sse(self.env.watch(resp.aiter_bytes()))
+        async with aclosing(sse_objects(events, self.platform, complete=lambda: state.message_ended)) as objects:
+            async for data in objects:
+                for item in self._map(data, state):
+                    yield item
+                if state.finished:
+                    break
+        if state.finished:
+            await finish_body(events)  # lets the connection be reused
         self._done = True
         if not state.seen_events:
             if "event-stream" not in ctype:
@@ -160,6 +180,10 @@ class DifyAdapter(Adapter):
                     f"{self.platform} answered without a content type and sent no events ({BASE_URL_HINT})",
                 )
             raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
+        if state.form is not None or state.paused:
+            for item in self._ask(state):
+                yield item
+            return
         if not state.finished and not state.message_ended:
             raise RunnerError(
                 "upstream.unavailable", f"{self.platform} closed the stream before the answer finished"
@@ -175,6 +199,8 @@ class DifyAdapter(Adapter):
         if cid and cid != st.conversation_id:
             st.conversation_id = cid
             out.append(ev.SessionId(cid))
+        if name in ("message", "agent_message", "text_chunk"):
+            st.text_seen = True
         if name == "message" or name == "agent_message":
             answer = data.get("answer") or ""
             if name == "agent_message":
@@ -218,11 +244,18 @@ class DifyAdapter(Adapter):
         elif name == "workflow_finished":
             out.extend(self._workflow_finished(data.get("data") or {}, st))
             st.finished = True
-        elif name in ("workflow_paused", "human_input_required"):
-            raise RunnerError(
-                "upstream.paused",
-                f"the {self.platform} workflow paused for human input, which this runner cannot answer",
-            )
+        elif name == "human_input_required":
+            # the run waits for a Human Input form; the stream then sends workflow_paused and ends
+            form = data.get("data") if isinstance(data.get("data"), dict) else {}
+            if st.form is None or (not st.form.get("form_token") and form.get("form_token")):
+                st.form = {**form, "workflow_run_id": data.get("workflow_run_id") or form.get("workflow_run_id"),
+                           "task_id": data.get("task_id"), "conversation_id": data.get("conversation_id")}
+            else:
+                log.info("%s: a second form is waiting in the same pause; it is asked after this one", self.platform)
+        elif name == "workflow_paused":
+            st.paused = True
+            st.finished = True
+            st.paused_run = data.get("workflow_run_id") or (data.get("data") or {}).get("workflow_run_id")
         elif name == "error":
             raise map_error(_int(data.get("status")), data.get("code"), data.get("message"))
         elif name not in const.IGNORED_EVENTS and name not in self._unknown:
@@ -298,6 +331,158 @@ class DifyAdapter(Adapter):
             out.append(_usage(usage))
         return out
 
+    # --- Human Input: ask the chat, submit the form, stream the rest ----------------------------
+
+    @property
+    def _pending_key(self) -> str:
+        return session_key(const.PENDING_KEY, self.env.config.get("user-id-source"), self.env.user) or const.PENDING_KEY
+
+    def _pending(self) -> dict[str, Any] | None:
+        record = (self.env.ctx.state.conversation or {}).get(self._pending_key)
+        return record if isinstance(record, dict) and record.get("id") and record.get("form_token") else None
+
+    def _ask(self, st: _StreamState) -> list[ev.Event]:
+        """The run paused at a Human Input node: the form becomes one question in the chat (buttons
+        or one field where the platform renders them, else words), and what answering needs is kept
+        in conversation state under the interaction id. The run ends here without an error."""
+        data = st.form or {}
+        token = data.get("form_token")
+        run_id = data.get("workflow_run_id") or st.paused_run
+        if not token or not run_id:
+            why = ("it sent no form" if not any(data.get(k) for k in ("form_id", "form_token", "actions")) else
+                   "the form has no token; only a Human Input node delivered by Web App can be answered")
+            raise RunnerError("upstream.paused",
+                              f"the {self.platform} workflow paused for human input that cannot be answered from "
+                              f"the chat ({why})")
+        form = Form.from_event(data)
+        if not form.actions:
+            raise RunnerError("upstream.paused", f"the {self.platform} form “{form.title}” has no actions to submit")
+        iid = f"dify-{uuid.uuid4().hex[:16]}"
+        expires = _float(data.get("expiration_time"))
+        actor, actor_name = ap.actor_of(self.env.ctx)
+        record = {
+            "id": iid, "form_id": data.get("form_id"), "form_token": str(token), "workflow_run_id": str(run_id),
+            "task_id": data.get("task_id") or self.task_id, "user": self.env.user, "app_type": self.app_type,
+            "conversation_id": data.get("conversation_id") or st.conversation_id or self.env.session.current,
+            "actor": actor, "actor_name": actor_name, "expires_at": expires, **form.to_record(),
+        }
+        out: list[ev.Event] = [ev.State(self._pending_key, record)]
+        caps = getattr(self.env.ctx.delivery, "interactions", None)
+        request = None
+        if caps is not None:
+            now = time.time()
+            limit = now + HOST_MAX_EXPIRY
+            shown = min(expires, limit) if expires is not None else None
+            request = form.request(iid, self.platform, int(shown) if shown and shown > now + 5 else None, caps)
+        if request is not None:
+            out.append(ev.Interaction(request))
+            out.append(ev.NoReply())  # the request is the message when nothing streamed before it
+        else:
+            out.append(ev.Text(("\n\n" if st.text_seen else "") + form.question_text(self.platform)))
+        log.info("%s: run %s paused at form %s (%s, %d inputs, %d actions); asked the chat as %s", self.platform,
+                 run_id, form.title[:80], form.mode, len(form.inputs), len(form.actions), iid)
+        return out
+
+    async def _resume(self, record: dict[str, Any] | None, submission: Any) -> AsyncIterator[ev.Event]:
+        """This run may answer the pending form (a click, or a typed reply). Sets ``_go_on`` when the
+        message is not an answer and goes to Dify as a new message."""
+        form = Form.from_record(record) if record is not None else None
+        if submission is not None and (record is None or form is None or submission.interaction_id != record.get("id")):
+            yield ev.Text("(That Dify form is no longer waiting for an answer. Send your message again.)")
+            return
+        if record is None or form is None:
+            self._go_on = True
+            return
+        title = form.title
+        actor, _ = ap.actor_of(self.env.ctx)
+        asker = record.get("actor")
+        other = bool(asker and actor and actor != asker)
+        expires = _float(record.get("expires_at"))
+        if expires is not None and time.time() >= expires:
+            if other and submission is None:
+                self._go_on = True
+                return
+            yield ev.State(self._pending_key, None)
+            if submission is not None:
+                yield ev.Text(f"(The Dify form “{title}” expired before it was answered.)")
+                return
+            yield ev.Text(f"(The Dify form “{title}” expired before it was answered; your message was sent as "
+                          "a new one.)\n\n")
+            self._go_on = True
+            return
+        inp = self.env.input
+        if submission is not None:
+            answer: tuple[str, dict[str, Any]] | str | None = form.from_submission(submission)
+            if answer is None:
+                yield ev.Text(f"(That answer could not be read; the Dify form “{title}” is still open.)")
+                return
+        else:
+            answer = form.parse_reply(inp.text) if not inp.files else None
+        if other:
+            if answer is None:
+                self._go_on = True  # someone else's message: the form stays open for its asker
+                return
+            who = record.get("actor_name") or asker
+            yield ev.Text(f"(Only {who} can answer the Dify form “{title}”.)")
+            return
+        if answer is None:
+            yield ev.State(self._pending_key, None)
+            yield ev.Text(f"(The Dify form “{title}” was left unanswered; your new message comes next.)\n\n")
+            self._go_on = True
+            log.info("%s: form %s left unanswered; the message is sent as usual", self.platform, record["id"])
+            return
+        if isinstance(answer, str):
+            yield ev.Text(f"(The Dify form “{title}” is still open: {answer}.)")
+            return
+        action, inputs = answer
+        async for item in self._submit(record, form, action, inputs):
+            yield item
+
+    async def _submit(self, record: dict[str, Any], form: Form, action: str,
+                      inputs: dict[str, Any]) -> AsyncIterator[ev.Event]:
+        """``POST /form/human_input/{token}``, then the resumed run from ``/workflow/{id}/events``."""
+        title = form.title
+        user = str(record.get("user") or self.env.user)
+        token = quote(str(record["form_token"]), safe="")
+        run_id = str(record["workflow_run_id"])
+        if record.get("task_id"):
+            self.task_id = str(record["task_id"])
+        gone: list[str] = []
+
+        def on_submit_error(status: int, raw: bytes, ctype: str) -> Exception:
+            doc = json_object(raw) or {}
+            code = doc.get("code") if isinstance(doc.get("code"), str) else ""
+            if status == 412 and code == "human_input_form_expired":
+                gone.append(f"(The Dify form “{title}” expired before it was answered.)")
+            elif status == 412 and code == "human_input_form_submitted":
+                gone.append(f"(The Dify form “{title}” was already answered.)")
+            elif status == 404 and code == "not_found" and "form" in str(doc.get("message") or "").lower():
+                gone.append(f"(The Dify form “{title}” no longer exists.)")
+            return _not_taken(title, parse_envelope(status, raw, ctype))
+
+        try:
+            async with open_stream(self.env.client, "POST", self.base + const.FORM_SUBMIT_PATH.format(form_token=token),
+                                   budget=self.env.budget(), platform=self.platform, error_parser=on_submit_error,
+                                   headers=self.headers, json={"inputs": inputs, "action": action, "user": user}) as resp:
+                await read_bounded(resp, MAX_JSON_BODY, self.platform)
+        except RunnerError:
+            if gone:  # nothing left to answer: the form is dropped
+                yield ev.State(self._pending_key, None)
+                yield ev.Text(gone[0])
+                return
+            raise  # the form stays pending: the same answer may be sent again
+        yield ev.State(self._pending_key, None)
+        log.info("%s: submitted form %s (action %s); following run %s", self.platform, record["id"], action, run_id)
+        async with open_answer(self.env.client, self.base + const.WORKFLOW_EVENTS_PATH.format(workflow_run_id=quote(run_id, safe="")),
+                               method="GET", budget=self.env.budget(), platform=self.platform,
+                               parse_error=lambda st, raw, ct: _not_followed(title, parse_envelope(st, raw, ct)),
+                               hint=BASE_URL_HINT, headers=self.headers, params={"user": user}) as answer:
+            if answer.json is not None:
+                raise RunnerError("upstream.protocol",
+                                  f"{self.platform} answered the resumed run's events with JSON instead of a stream")
+            async for item in self._consume(answer.resp):
+                yield item
+
     async def cancel(self) -> None:
         """Stop the running Dify task (only the same ``user`` can stop it)."""
         if self._done or not self.task_id:
@@ -318,6 +503,10 @@ class _StreamState:
         "agent_text",
         "conversation_id",
         "finished",
+        "form",
+        "paused",
+        "paused_run",
+        "text_seen",
         "last_thought_at",
         "message_ended",
         "seen_events",
@@ -333,6 +522,10 @@ class _StreamState:
         self.agent_len = 0  # their total length
         self.conversation_id: str | None = None
         self.finished = False
+        self.form: dict[str, Any] | None = None  # the human_input_required data (+ run ids)
+        self.paused = False  # workflow_paused came: the stream ends here
+        self.paused_run: str | None = None
+        self.text_seen = False
         self.last_thought_at = 0  # agent_len at the most recent agent_thought
         self.message_ended = False
         self.seen_events = False
@@ -340,6 +533,22 @@ class _StreamState:
         self.step_start = 0  # agent_len when that step's text began (the previous step's last thought)
         self.thoughts: dict[str, dict[str, Any]] = {}
         self.usage_seen = False
+
+
+def _float(value: Any) -> float | None:
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _not_taken(title: str, exc: RunnerError) -> RunnerError:
+    return RunnerError(exc.code, f"Dify did not take the answer to the form “{title[:120]}”: {exc.message[:400]}")
+
+
+def _not_followed(title: str, exc: RunnerError) -> RunnerError:
+    return RunnerError(exc.code, f"Dify took the answer to the form “{title[:120]}” but its run could not be "
+                                 f"followed: {exc.message[:400]}")
 
 
 def _echoes_answer(thought: str, streamed: str) -> bool:

@@ -17,6 +17,13 @@ Stream event order per ``srv.mode`` (every data event is ``data: {json}\\n\\n``;
 - ``completion``: a text-generator app; /chat-messages answers 400 ``not_chat_app`` and
                  /workflows/run 400 ``not_workflow_app``
 
+Human Input (``srv.human_input`` set, chatflow or workflow): workflow_started -> start node ->
+``before_form`` text (an Answer node's message*, or text_chunk*) -> node_started(human-input)
+-> human_input_required -> workflow_paused, and the stream ends (no message_end). The form is then
+answered with ``POST /v1/form/human_input/{form_token}`` and the rest of the run streams from
+``GET /v1/workflow/{workflow_run_id}/events?user=`` (human_input_form_filled -> llm node ->
+``resume_tokens`` -> message_end -> workflow_finished), see :meth:`FakeDify._form_submit`.
+
 ``message_replace`` (``replace_with``) comes after the deltas; a mid-stream ``error`` event ends
 the stream; a failed workflow ends with ``workflow_finished(status=failed)`` then ``error``.
 """
@@ -41,6 +48,7 @@ __all__ = [
     "MODES",
     "Conversation",
     "FakeDify",
+    "HumanForm",
     "Task",
     "Turn",
     "UploadedFile",
@@ -143,6 +151,23 @@ class WorkflowRun:
 
 
 @dataclass
+class HumanForm:
+    """A paused Human Input form (what Dify keeps per form token)."""
+
+    form_id: str
+    form_token: str
+    workflow_run_id: str
+    user: str  # the end user whose run paused
+    node_title: str
+    inputs: list[dict[str, Any]]
+    actions: list[dict[str, Any]]
+    expiration_time: int
+    #: waiting | submitted | expired
+    status: str = "waiting"
+    submission: dict[str, Any] | None = None
+
+
+@dataclass
 class Task:
     """A running generation that can be stopped."""
 
@@ -185,6 +210,9 @@ class _Run:
     answer: str = ""
     started: float = field(default_factory=time.monotonic)
     resp: Response | None = None
+    turn: Turn | None = None
+    workflow: WorkflowRun | None = None
+    finished: dict[str, Any] | None = None  # the workflow_finished event once the run ended
 
 
 class _SSE:
@@ -250,6 +278,14 @@ class FakeDify(PlatformFake):
         self.usage: dict[str, Any] | None = None  # overrides merged into metadata.usage
         self.include_usage = True  # False: no metadata.usage / total_tokens (usage unknown)
         self.user_input_form: list[dict[str, Any]] = []
+        #: a Human Input node in the chatflow/workflow: {"node_title", "form_content", "inputs",
+        #: "actions", "timeout" (seconds), "delivery": "webapp" | "email", "empty_data": bool}
+        #: (shapes: langgenius/dify web/types/workflow.ts HumanInputFormData; docs.dify.ai "Get
+        #: Human Input Form"); None = no pause
+        self.human_input: dict[str, Any] | None = None
+        self.before_form: list[str] = []  # text the run streams before it pauses
+        self.resume_tokens: list[str] = ["Approved", ": ", "done."]  # the answer after the form
+        self.submit_fault: tuple[int, str, str] | None = None  # (status, code, message) of the submit
         # -- faults --
         self.fault_queue: list[str | None] = []  # consumed one per request before ``fault``
         self.stall_seconds = 3600.0
@@ -270,6 +306,9 @@ class FakeDify(PlatformFake):
         self.tasks: dict[str, Task] = {}
         self.workflow_runs: list[WorkflowRun] = []
         self.request_files: list[list[Any]] = []
+        self.forms: dict[str, HumanForm] = {}  # form_token -> form
+        self.paused: dict[str, _Run] = {}  # workflow_run_id -> the paused (or resumed) run
+        self.form_submissions: list[dict[str, Any]] = []  # submit bodies Dify accepted
 
         self.add_route("POST", "/v1/chat-messages", self._chat_messages)
         self.add_route("POST", "/v1/workflows/run", self._workflows_run)
@@ -278,6 +317,8 @@ class FakeDify(PlatformFake):
         self.add_route("POST", "/v1/chat-messages/{task_id}/stop", self._chat_stop)
         self.add_route("POST", "/v1/workflows/tasks/{task_id}/stop", self._workflow_stop)
         self.add_route("GET", "/v1/parameters", self._parameters)
+        self.add_route("POST", "/v1/form/human_input/{form_token}", self._form_submit)
+        self.add_route("GET", "/v1/workflow/{task_id}/events", self._workflow_events)
         self.add_route("GET", "/files/{file_id}/file-preview", self._file_preview)
         self.add_route("GET", "/files/{name}", self._static_file)
 
@@ -291,6 +332,12 @@ class FakeDify(PlatformFake):
     def forget_conversations(self) -> None:
         """Delete every conversation (simulates deletion upstream: old ids now 404)."""
         self.conversations.clear()
+
+    def expire_forms(self) -> None:
+        """Every waiting form passes its expiration_time (a later submit gets 412 expired)."""
+        for f in self.forms.values():
+            if f.status == "waiting":
+                f.expiration_time = _now() - 1
 
     def turns(self, conversation_id: str) -> list[Turn]:
         """Turn history of one conversation."""
@@ -368,6 +415,8 @@ class FakeDify(PlatformFake):
             task.done = True
             if turn.status == "running":
                 turn.status = "failed"
+            if turn.status == "paused":
+                run.turn = turn
 
     # -- route: workflows/run ----------------------------------------------------------------
 
@@ -417,7 +466,9 @@ class FakeDify(PlatformFake):
             task.done = True
             if wf.status == "running":
                 wf.status = "failed"
-            if wf.status != "failed":
+            if wf.status == "paused":
+                run.workflow = wf
+            elif wf.status != "failed":
                 wf.outputs = {s.workflow_output_key: run.answer}
 
     # -- route: stop -------------------------------------------------------------------------
@@ -613,6 +664,8 @@ class FakeDify(PlatformFake):
             stall_seconds=self.stall_seconds,
             stall_ping_every=self.stall_ping_every,
             oversized_bytes=self.oversized_bytes,
+            human_input=dict(self.human_input) if self.human_input is not None else None,
+            before_form=list(self.before_form),
         )
 
     def _auth(self, req: Request) -> None:
@@ -724,6 +777,8 @@ class FakeDify(PlatformFake):
             await sse.block(b"data: " + bad.replace(b"\\u0000BAD\\u0000", b"\xff\xfe"))
         if s.fault == "oversized":
             await self._oversized_line(run, sse)
+        if self.human_input is not None and (run.kind == "workflow" or s.mode == "chatflow"):
+            return await self._stream_until_form(run, sse)
         if run.kind == "workflow":
             return await self._stream_workflow(run, sse)
         if s.mode == "chatflow":
@@ -1109,6 +1164,161 @@ class FakeDify(PlatformFake):
         await self._node_pair(run, sse, end, outputs={s.workflow_output_key: run.answer})
         await sse.send(self._workflow_finished(run, "succeeded"), last=True)
         return "succeeded"
+
+    # -- Human Input: pause, submit, resume --------------------------------------------------
+
+    async def _stream_until_form(self, run: _Run, sse: _SSE) -> str:
+        """The run reaches a Human Input node: it streams what came before, asks and pauses."""
+        spec = run.s.human_input or {}
+        await sse.send(self._event(run, "workflow_started", data={
+            "id": run.workflow_run_id, "workflow_id": run.workflow_id, "sequence_number": 1,
+            "inputs": run.inputs, "created_at": run.created_at}))
+        await self._node_pair(run, sse, self._node(run, "start", "start", "Start", 1), outputs=run.inputs)
+        if run.s.before_form:
+            before = self._node(run, "answer_1", "answer", "Answer", 2)
+            await sse.send(self._event(run, "node_started", data=before))
+            for tok in run.s.before_form:
+                await sse.send(self._delta_event(run, tok))
+                run.answer += tok
+            await self._node_pair(run, sse, before, started=False, outputs={"answer": run.answer})
+        node = self._node(run, "human_input", "human-input", spec.get("node_title") or "Approval", 3)
+        await sse.send(self._event(run, "node_started", data=node))
+        token = None if spec.get("delivery") == "email" else uuid.uuid4().hex  # Email delivery: no token
+        form = HumanForm(
+            form_id=str(uuid.uuid4()), form_token=token or "", workflow_run_id=run.workflow_run_id or "",
+            user=run.user, node_title=node["title"], inputs=list(spec.get("inputs") or []),
+            actions=list(spec.get("actions") or [{"id": "approve", "title": "Approve", "button_style": "primary"},
+                                                  {"id": "reject", "title": "Reject", "button_style": "default"}]),
+            expiration_time=_now() + int(spec.get("timeout", 3600)),
+        )
+        if token:
+            self.forms[token] = form
+        self.paused[form.workflow_run_id] = run
+        data = {
+            "form_id": form.form_id, "node_id": "human_input", "node_title": form.node_title,
+            "form_content": spec.get("form_content", "Please review: {{#$output.comment#}}"),
+            "inputs": form.inputs, "actions": form.actions, "form_token": token,
+            "resolved_default_values": {i["output_variable_name"]: "" for i in form.inputs
+                                        if i.get("type") == "paragraph"},
+            "display_in_ui": True, "expiration_time": form.expiration_time,
+        }
+        # Dify 1.14.0-rc1 sent this event over the Service API with empty data (langgenius/dify#35504)
+        await sse.send(self._event(run, "human_input_required", workflow_run_id=run.workflow_run_id,
+                                   data={} if spec.get("empty_data") else data))
+        # WorkflowPauseStreamResponse: the run's summary with the reasons it waits
+        await sse.send(self._event(run, "workflow_paused", workflow_run_id=run.workflow_run_id, data={
+            "workflow_run_id": run.workflow_run_id, "paused_nodes": ["human_input"], "outputs": {},
+            "reasons": [{"type": "human_input_required", "form_id": form.form_id, "node_id": "human_input"}],
+            "status": "paused", "created_at": run.created_at,
+            "elapsed_time": round(time.monotonic() - run.started, 3), "total_tokens": 0, "total_steps": 3}),
+            last=True)
+        return "paused"
+
+    async def _form_submit(self, req: Request, resp: Response) -> None:
+        """``POST /v1/form/human_input/{form_token}`` (api/controllers/service_api/app/human_input_form.py,
+        services/human_input_service.py): the app key authenticates; ``user`` is required in the JSON
+        body (any end user may submit; it is only recorded); 404 ``Form not found``; 412
+        ``human_input_form_submitted`` / ``human_input_form_expired``; 400 ``invalid_form_data`` for an
+        unknown action or a missing input; ``{}`` on success, and the run resumes."""
+        try:
+            self._auth(req)
+            body = self._json_body(req)
+            user = self._user(body)
+            if not isinstance(body.get("inputs"), dict) or not isinstance(body.get("action"), str):
+                raise _DifyError(400, "invalid_param", "inputs (object) and action (string) are required")
+            form = self.forms.get(req.path_params["form_token"])
+            if form is None:
+                raise _DifyError(404, "not_found", "Form not found")
+            if form.status == "submitted":
+                raise _DifyError(412, "human_input_form_submitted",
+                                 f"This form has already been submitted by another user, form_id={form.form_id}")
+            if form.status == "expired" or form.expiration_time <= _now():
+                form.status = "expired"
+                raise _DifyError(412, "human_input_form_expired", f"This form has expired, form_id={form.form_id}")
+            if self.submit_fault is not None:
+                raise _DifyError(*self.submit_fault)
+            if body["action"] not in {a["id"] for a in form.actions}:
+                raise _DifyError(400, "invalid_form_data", f"Invalid action: {body['action']}")
+            for i in form.inputs:
+                name = i["output_variable_name"]
+                value = body["inputs"].get(name)
+                if i.get("type") in ("file", "file-list"):
+                    continue
+                if not isinstance(value, str) or not value:
+                    raise _DifyError(400, "invalid_form_data", f"Missing required input: {name}")
+                options = ((i.get("option_source") or {}).get("value")) if i.get("type") == "select" else None
+                if options is not None and value not in options:
+                    raise _DifyError(400, "invalid_form_data", f"Invalid value for {name}: {value}")
+        except _DifyError as e:
+            await self._error(resp, e)
+            return
+        form.status = "submitted"
+        form.submission = {"inputs": body["inputs"], "action": body["action"], "user": user}
+        self.form_submissions.append(form.submission)
+        await resp.json(200, {})
+
+    async def _workflow_events(self, req: Request, resp: Response) -> None:
+        """``GET /v1/workflow/{task_id}/events?user=`` (api/controllers/service_api/app/workflow_events.py):
+        the path parameter is the workflow run id; ``user`` must be the end user who started the run
+        (else 404 ``Workflow run not found``); a finished run sends only its workflow_finished; a
+        resumed run streams the rest, closing at workflow_finished (or the next pause)."""
+        try:
+            self._auth(req)
+            user = req.query.get("user") or ""
+            if not user:
+                raise _DifyError(400, "invalid_param", "Arg user must be provided.")
+            if self.mode not in ("chatflow", "workflow"):
+                raise _DifyError(400, "not_workflow_app", "Please check if your app mode matches the right API route.")
+            run = self.paused.get(req.path_params["task_id"])
+            if run is None or run.user != user:
+                raise _DifyError(404, "not_found", "Workflow run not found")
+        except _DifyError as e:
+            await self._error(resp, e)
+            return
+        await resp.start_stream(200, "text/event-stream")
+        s = self._snapshot()
+        run.s, run.resp = s, resp
+        sse = _SSE(resp, s)
+        if run.finished is not None:
+            await sse.send(run.finished, last=True)
+            return
+        form = next((f for f in self.forms.values() if f.workflow_run_id == run.workflow_run_id), None)
+        # the paused run waits (keep-alive pings) until the form is answered
+        deadline = time.monotonic() + s.stall_seconds
+        while form is None or form.status != "submitted":
+            if time.monotonic() > deadline or resp.client_disconnected:
+                await resp.abort()
+                return
+            await resp.write(b"event: ping\n\n")
+            await asyncio.sleep(0.05)
+        chosen = next((a for a in form.actions if a["id"] == (form.submission or {}).get("action")), form.actions[0])
+        await sse.send(self._event(run, "human_input_form_filled", workflow_run_id=run.workflow_run_id, data={
+            "node_id": "human_input", "node_title": form.node_title, "rendered_content": "",
+            "action_id": chosen["id"], "action_text": chosen.get("title", chosen["id"])}))
+        human = self._node(run, "human_input", "human-input", form.node_title, 3)
+        await self._node_pair(run, sse, human, started=False, outputs=dict((form.submission or {}).get("inputs") or {}))
+        llm = self._node(run, "llm", "llm", "LLM", 4)
+        await sse.send(self._event(run, "node_started", data=llm))
+        s.tokens = list(self.resume_tokens)
+        run.answer = ""
+        for tok in s.tokens:
+            await sse.send(self._delta_event(run, tok))
+            run.answer += tok
+        await self._node_pair(run, sse, llm, started=False, outputs={"text": run.answer})
+        if run.kind == "workflow":
+            await self._node_pair(run, sse, self._node(run, "end", "end", "End", 5),
+                                  outputs={s.workflow_output_key: run.answer})
+        else:
+            await self._node_pair(run, sse, self._node(run, "answer", "answer", "Answer", 5),
+                                  outputs={"answer": run.answer})
+            await sse.send(self._message_end(run))
+        run.finished = self._workflow_finished(run, "succeeded")
+        await sse.send(run.finished, last=True)
+        if run.turn is not None:
+            run.turn.status, run.turn.answer = "succeeded", run.answer
+        if run.workflow is not None:
+            run.workflow.status = "succeeded"
+            run.workflow.outputs = {s.workflow_output_key: run.answer}
 
     # -- blocking ----------------------------------------------------------------------------
 

@@ -1,0 +1,310 @@
+"""A Dify Human Input form as a question in the chat, and the answer back as Dify's submit body.
+
+Shapes (langgenius/dify):
+- the ``human_input_required`` stream event: ``web/types/workflow.ts`` ``HumanInputRequiredResponse``
+  = ``{task_id, workflow_run_id, event, data: {form_id, node_id, node_title, form_content, inputs,
+  actions, form_token, resolved_default_values, display_in_ui, expiration_time}}``; ``form_token`` is
+  null for an Email-delivered form, which the API cannot answer (docs.dify.ai "Human Input API
+  Integration Flow"); Dify 1.14.0-rc1 sent the event with empty data (langgenius/dify#35504);
+- an input: ``{type: paragraph | text_input | select | file | file-list, output_variable_name,
+  default | placeholder, option_source: {type, value: [..]}}``; an action: ``{id, title,
+  button_style}`` (``web/app/components/workflow/nodes/human-input/types.ts``; docs.dify.ai "Get
+  Human Input Form" example);
+- the submit body ``{inputs: {output_variable_name: value}, action: <action id>, user}``
+  (``api/controllers/common/human_input.py`` ``HumanInputFormSubmitPayload``;
+  ``api/controllers/service_api/app/human_input_form.py``): paragraph and select take a string.
+
+How the chat is asked (InteractionRequest: actions only, or exactly one field):
+- ``actions``: a form without inputs: one button per action (the Dify action id is the button id);
+- ``choice``: one select input and one action: one button per option (``opt-<i>``);
+- ``field``: one text input and one action: one text field named after the input;
+- ``typed``: anything else: the question lists the inputs and the actions, the answer is typed
+  (``name: value`` lines and ``action: <number or name>``).
+Every mode also takes a typed reply in the next message.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+TEXT_TYPES = ("paragraph", "text_input", "text-input", "text")
+FILE_TYPES = ("file", "file-list")
+_OUTPUT_VAR = re.compile(r"\{\{#\$output\.([A-Za-z0-9_]+)#\}\}")
+_TRAILING = " \t\r\n.!?。！？~"
+_ACTION_KEYS = ("action", "操作", "选择")
+_KEY_LINE = re.compile(r"\s*([^:：=\n]{1,64}?)\s*[:：=]\s*(.*)$")
+MAX_BUTTONS = 20
+
+
+def _norm(text: str) -> str:
+    return " ".join(str(text).strip().lower().split()).strip(_TRAILING)
+
+
+@dataclass(slots=True)
+class Input:
+    name: str
+    type: str
+    options: list[str] = field(default_factory=list)
+    default: str = ""
+
+    @property
+    def is_file(self) -> bool:
+        return self.type in FILE_TYPES
+
+    @property
+    def is_select(self) -> bool:
+        return self.type == "select"
+
+
+@dataclass(slots=True)
+class Form:
+    """What the chat needs of one paused form (kept in conversation state as :meth:`to_record`)."""
+
+    title: str
+    content: str
+    inputs: list[Input]
+    actions: list[dict[str, str]]  # [{"id", "title", "style"}]
+    mode: str = "typed"
+
+    @classmethod
+    def from_event(cls, data: dict[str, Any]) -> Form:
+        defaults = data.get("resolved_default_values") if isinstance(data.get("resolved_default_values"), dict) else {}
+        inputs: list[Input] = []
+        for raw in data.get("inputs") or []:
+            if not isinstance(raw, dict) or not raw.get("output_variable_name"):
+                continue
+            name = str(raw["output_variable_name"])
+            source = raw.get("option_source") if isinstance(raw.get("option_source"), dict) else {}
+            options = [str(o) for o in (source.get("value") or raw.get("options") or []) if str(o)]
+            inputs.append(Input(name=name, type=str(raw.get("type") or "paragraph"), options=options,
+                                default=str(defaults.get(name) or "")))
+        actions = [{"id": str(a["id"]), "title": str(a.get("title") or a["id"]),
+                    "style": str(a.get("button_style") or "default")}
+                   for a in data.get("actions") or data.get("user_actions") or [] if isinstance(a, dict) and a.get("id")]
+        content = _OUTPUT_VAR.sub(lambda m: f"[{m.group(1)}]", str(data.get("form_content") or "")).strip()
+        form = cls(title=str(data.get("node_title") or "Human input"), content=content, inputs=inputs,
+                   actions=actions)
+        form.mode = form._mode()
+        return form
+
+    @classmethod
+    def from_record(cls, rec: dict[str, Any]) -> Form | None:
+        try:
+            inputs = [Input(name=str(i["name"]), type=str(i["type"]), options=[str(o) for o in i.get("options") or []],
+                            default=str(i.get("default") or "")) for i in rec.get("inputs") or []]
+            actions = [{"id": str(a["id"]), "title": str(a.get("title") or a["id"]), "style": str(a.get("style") or "")}
+                       for a in rec.get("actions") or []]
+            return cls(title=str(rec.get("title") or "Human input"), content=str(rec.get("content") or ""),
+                       inputs=inputs, actions=actions, mode=str(rec.get("mode") or "typed"))
+        except (KeyError, TypeError):
+            return None
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "title": self.title, "content": self.content[:4000], "mode": self.mode,
+            "inputs": [{"name": i.name, "type": i.type, "options": i.options, "default": i.default}
+                       for i in self.inputs],
+            "actions": self.actions,
+        }
+
+    # --- what kind of question -----------------------------------------------------------------
+
+    @property
+    def answerable(self) -> list[Input]:
+        """The inputs a chat reply can fill (files cannot be sent through the form from the chat)."""
+        return [i for i in self.inputs if not i.is_file]
+
+    def _mode(self) -> str:
+        if not self.actions:
+            return "typed"
+        if not self.inputs and len(self.actions) <= MAX_BUTTONS:
+            return "actions"
+        if len(self.inputs) == 1 and len(self.actions) == 1:
+            only = self.inputs[0]
+            if only.is_select and 0 < len(only.options) <= MAX_BUTTONS:
+                return "choice"
+            if only.type in TEXT_TYPES:
+                return "field"
+        return "typed"
+
+    # --- the question ---------------------------------------------------------------------------
+
+    def question_text(self, platform: str) -> str:
+        lines = [f"📝 {platform} asks: {self.title}"]
+        if self.content:
+            lines.append(self.content[:3000])
+        if self.mode == "actions":
+            lines += [f"{n}. {a['title']}" for n, a in enumerate(self.actions, 1)]
+            lines.append("Reply with a number or the name of your choice. / 请回复编号或选项名称。")
+        elif self.mode == "choice":
+            lines += [f"{n}. {o}" for n, o in enumerate(self.inputs[0].options, 1)]
+            lines.append("Reply with a number or the option. / 请回复编号或选项。")
+        elif self.mode == "field":
+            lines.append(f"Reply with your answer ({self.inputs[0].name}). / 请回复你的答案。")
+        else:
+            lines.append("Fields / 字段:")
+            for i in self.inputs:
+                if i.is_file:
+                    lines.append(f"- {i.name}: a file (cannot be sent from the chat)")
+                elif i.is_select:
+                    lines.append(f"- {i.name}: one of {' / '.join(i.options)}")
+                else:
+                    lines.append(f"- {i.name}: text" + (f" (default: {i.default[:80]})" if i.default else ""))
+            if len(self.actions) > 1:
+                lines.append("Actions / 操作: " + "  ".join(f"{n}. {a['title']}" for n, a in enumerate(self.actions, 1)))
+            example = [f"{i.name}: …" for i in self.answerable[:2]]
+            if len(self.actions) > 1:
+                example.append("action: 1")
+            lines.append("Reply with one line per field, e.g. / 请每行回复一个字段，例如：")
+            lines.extend("  " + e for e in example)
+        return "\n".join(lines)
+
+    def request(self, interaction_id: str, platform: str, expires_at: int | None, caps: Any) -> dict[str, Any] | None:
+        """The InteractionRequest, or None when the form can only be answered by typing."""
+        req: dict[str, Any] = {
+            "interaction_id": interaction_id,
+            "title": f"{platform}: {self.title}"[:1000],
+            "description": (self.content or self.title)[:10000],
+            "fallback_text": self.question_text(platform)[:20000],
+        }
+        if expires_at is not None:
+            req["expires_at"] = int(expires_at)
+        styles = set(getattr(caps, "action_styles", None) or ["default", "primary", "danger"])
+        if self.mode == "actions":
+            req["kind"] = "confirmation" if len(self.actions) <= 3 else "choice"
+            req["actions"] = [{"id": a["id"], "label": a["title"][:512] or a["id"],
+                               "style": _style(a.get("style", ""), styles)} for a in self.actions]
+            return req
+        if self.mode == "choice":
+            req["kind"] = "choice"
+            req["actions"] = [{"id": f"opt-{n}", "label": o[:512], "style": "default"}
+                              for n, o in enumerate(self.inputs[0].options)]
+            return req
+        if self.mode == "field":
+            types = list(getattr(caps, "field_types", None) or [])
+            max_fields = getattr(caps, "max_fields", None)
+            if max_fields == 0:
+                return None
+            only = self.inputs[0]
+            kind = "textarea" if only.type == "paragraph" else "text"
+            if types and kind not in types:
+                kind = "text" if "text" in types else "textarea" if "textarea" in types else ""
+            if not kind:
+                return None
+            req["kind"] = "form"
+            fld: dict[str, Any] = {"id": only.name[:128], "label": only.name[:512], "type": kind, "required": True}
+            if only.default:
+                fld["default"] = only.default
+            req["fields"] = [fld]
+            return req
+        return None
+
+    # --- answers ---------------------------------------------------------------------------------
+
+    def from_submission(self, submission: Any) -> tuple[str, dict[str, Any]] | None:
+        """A click or a submitted field: ``(action id, inputs)``."""
+        action = getattr(submission, "action_id", None)
+        values = getattr(submission, "values", None) or {}
+        if self.mode == "actions":
+            if any(a["id"] == action for a in self.actions):
+                return str(action), {}
+            return None
+        if self.mode == "choice":
+            opts = self.inputs[0].options
+            if action and action.startswith("opt-") and action[4:].isdigit() and int(action[4:]) < len(opts):
+                return self.actions[0]["id"], {self.inputs[0].name: opts[int(action[4:])]}
+            return None
+        if self.mode == "field":
+            only = self.inputs[0]
+            value = values.get(only.name, values.get("answer"))
+            if isinstance(value, (str, int, float)) and str(value).strip():
+                return self.actions[0]["id"], {only.name: str(value).strip()}
+            return None
+        return None
+
+    def parse_reply(self, text: str) -> tuple[str, dict[str, Any]] | str | None:
+        """A typed reply: ``(action id, inputs)``; a string saying what is missing when it looks like
+        an answer that cannot be submitted; None when it is not an answer at all."""
+        raw = (text or "").strip()
+        if not raw:
+            return None
+        if self.mode == "actions":
+            action = self._action(raw)
+            return (action, {}) if action else None
+        if self.mode == "choice":
+            value = _option(self.inputs[0], raw)
+            return (self.actions[0]["id"], {self.inputs[0].name: value}) if value is not None else None
+        if self.mode == "field":
+            return self.actions[0]["id"], {self.inputs[0].name: raw}
+        return self._parse_lines(raw)
+
+    def _action(self, raw: str) -> str | None:
+        low = _norm(raw)
+        for n, a in enumerate(self.actions, 1):
+            if low in (str(n), _norm(a["id"]), _norm(a["title"])):
+                return a["id"]
+        return None
+
+    def _parse_lines(self, raw: str) -> tuple[str, dict[str, Any]] | str | None:
+        by_key = {_norm(i.name): i for i in self.answerable}
+        by_key.update({_norm(i.name.replace("_", " ")): i for i in self.answerable})
+        values: dict[str, list[str]] = {}
+        action_text: str | None = None
+        loose: list[str] = []
+        current: str | None = None
+        for line in raw.splitlines():
+            m = _KEY_LINE.match(line)
+            k, rest = (_norm(m.group(1)), m.group(2)) if m else ("", line)
+            if m and k in _ACTION_KEYS:
+                action_text, current = rest.strip(), None
+            elif m and k in by_key:
+                current = by_key[k].name
+                values[current] = [rest.strip()]
+            elif current is not None:
+                values[current].append(line)
+            else:
+                loose.append(line)
+        texts = [i for i in self.answerable if not i.is_select]
+        if not values and action_text is None:
+            return None  # no field was named: this is not an answer to the form
+        if loose and len(texts) == 1 and texts[0].name not in values:
+            values[texts[0].name] = loose
+        inputs: dict[str, Any] = {}
+        problems: list[str] = []
+        for i in self.answerable:
+            got = "\n".join(values.get(i.name, [])).strip()
+            if i.is_select:
+                value = _option(i, got) if got else None
+                if value is None:
+                    problems.append(f"{i.name} (one of {' / '.join(i.options)})")
+                else:
+                    inputs[i.name] = value
+            elif got or i.default:
+                inputs[i.name] = got or i.default
+            else:
+                problems.append(i.name)
+        if len(self.actions) == 1:
+            action = self.actions[0]["id"]
+        else:
+            action = self._action(action_text or "") if action_text else None
+            if action is None:
+                problems.append("action (" + " / ".join(f"{n}. {a['title']}" for n, a in enumerate(self.actions, 1)) + ")")
+        if problems:
+            return "missing or not understood: " + "; ".join(problems)
+        return str(action), inputs
+
+
+def _option(i: Input, raw: str) -> str | None:
+    low = _norm(raw)
+    for n, o in enumerate(i.options, 1):
+        if low in (str(n), _norm(o)):
+            return o
+    return None
+
+
+def _style(dify_style: str, styles: set[str]) -> str:
+    # Dify button styles: primary | default | accent | ghost
+    style = "primary" if dify_style in ("primary", "accent") else "default"
+    return style if style in styles else "default"
