@@ -307,6 +307,7 @@ class Parked:
 
 
 PARKED: dict[str, Parked] = {}
+_CLOSING: set[Parked] = set()  # expired, in their grace period before the agent is stopped
 
 
 def conversation_key(ctx: Any, platform: str) -> str | None:
@@ -354,33 +355,41 @@ def _expire(p: Parked, why: str | None) -> None:
                                      reason=why or "nobody answered in time"))
     log.info("%s: question %s %s: denied", p.agent, p.question.id, "expired" if why is None else why)
     p.closing = asyncio.ensure_future(_close_parked(p))
+    _CLOSING.add(p)
+    p.closing.add_done_callback(lambda _t: _CLOSING.discard(p))
 
 
 async def _close_parked(p: Parked) -> None:
     """Give the agent a moment to take the denial into its session, then stop it."""
     try:
         await asyncio.sleep(PARK_GRACE)
-        if not p.task.done():
-            p.task.cancel()
-        for step in (p.adapter.cancel, p.adapter.close):
-            try:
-                await asyncio.wait_for(step(), 5.0)
-            except BaseException:  # noqa: BLE001 - best effort, nobody is waiting on this
-                pass
     except asyncio.CancelledError:
-        pass
+        pass  # close_all: stop it now
+    await _stop(p)
+
+
+async def _stop(p: Parked) -> None:
+    if not p.task.done():
+        p.task.cancel()
+    for step in (p.adapter.cancel, p.adapter.close):
+        try:
+            await asyncio.wait_for(step(), 5.0)
+        except BaseException:  # noqa: BLE001 - best effort, nobody is waiting on this
+            pass
 
 
 async def close_all() -> None:
-    """Stop every parked agent (plugin shutdown, tests)."""
+    """Stop every parked agent, and those still in their grace period (plugin shutdown, tests)."""
     for p in list(PARKED.values()):
         claim(p.key)
         if not p.future.done():
             p.future.set_result(Decision(allow=False, reason="the plugin is shutting down"))
-        if not p.task.done():
-            p.task.cancel()
-        for step in (p.adapter.cancel, p.adapter.close):
-            try:
-                await asyncio.wait_for(step(), 5.0)
-            except BaseException:  # noqa: BLE001
-                pass
+        await _stop(p)
+    loop = asyncio.get_running_loop()
+    closing = [p.closing for p in list(_CLOSING)
+               if p.closing is not None and not p.closing.done() and p.closing.get_loop() is loop]
+    _CLOSING.clear()  # what is left belongs to a loop that is gone
+    for task in closing:
+        task.cancel()  # skips the grace; the task still stops its agent
+    if closing:
+        await asyncio.gather(*closing, return_exceptions=True)

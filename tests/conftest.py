@@ -10,3 +10,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+async def no_parked():
+    """Close every agent a test left waiting on a question (runner_kit.approvals.PARKED)."""
+    from runner_kit import approvals as ap
+
+    yield
+    await ap.close_all()

@@ -38,6 +38,7 @@ from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
+from runner_kit.pending import PendingAction
 from runner_kit.runner import Adapter
 from runner_kit.streams import SSEDecoder
 from runner_kit.usage import usage_from
@@ -111,7 +112,7 @@ class CozeAdapter(Adapter):
         self._done = False
         self._unknown: set[str] = set()
         self._submitted_refusal = False  # a JSON envelope instead of a stream (read by _submit)
-        self._left_pending = False
+        self.pending = PendingAction(env, const.PENDING_KEY, "Coze bot's question")
 
     # --- request building ----------------------------------------------------------------------
 
@@ -177,15 +178,15 @@ class CozeAdapter(Adapter):
     # --- streaming -------------------------------------------------------------------------------
 
     async def stream(self) -> AsyncIterator[ev.Event]:
-        pending = self._pending()
-        submission = getattr(self.env.ctx.input, "interaction", None)
-        if submission is not None or pending is not None:
-            handled = False
-            async for item in self._resume(pending, submission):
-                handled = True
+        res = self.pending.resolve(self._read_click, self._read_typed)
+        for item in res.events:
+            yield item
+        if res.answer is not None and res.record is not None:
+            async for item in self._submit(res.record, res.answer):
                 yield item
-            if submission is not None or (handled and not self._left_pending):
-                return
+            return
+        if not res.go_on:
+            return
         body, query = await self._request()
         sent_conversation = self.sent_conversation = bool(query)
 
@@ -263,10 +264,6 @@ class CozeAdapter(Adapter):
 
     # --- requires_action: ask the chat, answer through submit_tool_outputs ---------------------
 
-    def _pending(self) -> dict[str, Any] | None:
-        record = (self.env.ctx.state.conversation or {}).get(const.PENDING_KEY)
-        return record if isinstance(record, dict) and record.get("id") else None
-
     def _ask(self, data: dict[str, Any]) -> list[ev.Event]:
         """``conversation.chat.requires_action``: one question in the chat (buttons or one field
         where the platform renders them), what resuming needs kept in conversation state."""
@@ -276,68 +273,29 @@ class CozeAdapter(Adapter):
         if not calls or not chat_id or not conv_id:
             raise RunnerError("upstream.paused", _requires_action(data))
         q = _question(calls)
-        timeout = ap.approval_timeout(self.env.config)
-        expires = time.time() + timeout
-        actor, actor_name = ap.actor_of(self.env.ctx)
         record = {
             "id": q.id, "conversation_id": conv_id, "chat_id": chat_id,
             "tool_calls": [c["id"] for c in calls], "user": self.env.user,
-            "actor": actor, "actor_name": actor_name, "expires_at": expires,
             "title": q.title, "detail": q.detail, "free_text": q.free_text,
             "options": [{"value": o.value, "label": o.label} for o in q.options],
         }
-        caps = getattr(self.env.ctx.delivery, "interactions", None)
-        out: list[ev.Event] = [ev.State(const.PENDING_KEY, record)]
-        if caps is not None:
-            out.append(ev.Interaction(ap.interaction_request(self.platform, q, expires, caps)))
-            out.append(ev.NoReply())  # the request itself is the message
-        else:
-            out.append(ev.Text(ap.question_text(self.platform, q)))
-        log.info("%s: chat %s requires action (%s); asked the chat as %s", self.platform, chat_id,
-                 ", ".join(c["name"] for c in calls)[:200], q.id)
-        return out
+        log.info("%s: chat %s requires action (%s)", self.platform, chat_id,
+                 ", ".join(c["name"] for c in calls)[:200])
+        return self.pending.ask(
+            record, text=ap.question_text(self.platform, q),
+            expires_at=time.time() + ap.approval_timeout(self.env.config),
+            request=lambda caps, expires: ap.interaction_request(self.platform, q, expires, caps),
+        )
 
-    async def _resume(self, record: dict[str, Any] | None, submission: Any) -> AsyncIterator[ev.Event]:
-        """This run answers a pending requires_action (a click, or a typed reply); yields nothing
-        when this is a new message that is no answer (it is then sent as usual)."""
-        q = _record_question(record) if record is not None else None
-        if submission is not None:
-            if record is None or q is None or submission.interaction_id != record.get("id"):
-                yield ev.Text("(That Coze question is no longer waiting. Send your message again.)")
-                return
-        if record is None or q is None:
-            return
-        expired = time.time() >= float(record.get("expires_at") or 0)
-        if expired:
-            yield ev.State(const.PENDING_KEY, None)
-            if submission is not None:
-                yield ev.Text("(That Coze question expired without an answer. Send your message again.)")
-                return
-            log.info("%s: the pending question %s expired; sending the message as usual", self.platform, q.id)
-            self._left_pending = True
-            return
-        inp = self.env.input
-        d = ap.from_submission(submission, q) if submission is not None else (
-            ap.parse_answer(inp.text, q) if not inp.files else None)
-        if submission is not None and d is None:
-            yield ev.Text("(That answer could not be read; the Coze question is still open.)")
-            return
-        actor, _ = ap.actor_of(self.env.ctx)
-        asker = record.get("actor")
-        if asker and actor and actor != asker:
-            if d is not None or submission is not None:
-                who = record.get("actor_name") or asker
-                yield ev.Text(f"(Only {who} can answer the Coze bot's question.)")
-                return
-        if d is None or d.answer is None:
-            # a new message instead of an answer: the question is dropped, the message goes on
-            yield ev.State(const.PENDING_KEY, None)
-            yield ev.Text(f"(The Coze bot's question “{q.title}” was left unanswered; your new message comes next.)\n\n")
-            self._left_pending = True
-            return
-        yield ev.State(const.PENDING_KEY, None)
-        async for item in self._submit(record, d.answer):
-            yield item
+    def _read_click(self, submission: Any) -> str | None:
+        q = _record_question(self.pending.record() or {})
+        d = ap.from_submission(submission, q) if q is not None else None
+        return d.answer if d is not None else None
+
+    def _read_typed(self, text: str) -> str | None:
+        q = _record_question(self.pending.record() or {})
+        d = ap.parse_answer(text, q) if q is not None else None
+        return d.answer if d is not None else None
 
     async def _submit(self, record: dict[str, Any], answer: str) -> AsyncIterator[ev.Event]:
         """``POST /v3/chat/submit_tool_outputs`` (streaming) with the answer as every pending tool
@@ -346,6 +304,9 @@ class CozeAdapter(Adapter):
         query = {"conversation_id": str(record["conversation_id"]), "chat_id": str(record["chat_id"])}
         self.conversation_id, self.chat_id = query["conversation_id"], query["chat_id"]
         title = str(record.get("title") or "the bot's question")
+        # dropped before submitting: Coze refuses a second submit for the same chat, and a free-text
+        # question left pending would read every later message as its answer
+        yield self.pending.done()
 
         def on_error(status: int, raw: bytes, ctype: str) -> Exception:
             return _submit_failed(title, parse_http_error(status, raw, ctype))

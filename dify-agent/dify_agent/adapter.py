@@ -14,7 +14,6 @@ Stream event order (platforms.md §1):
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -23,14 +22,13 @@ from urllib.parse import quote, urljoin
 
 import httpx
 
-from runner_kit import approvals as ap
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
+from runner_kit.pending import Incomplete, PendingAction
 from runner_kit.runner import Adapter
-from runner_kit.session import session_key
 from runner_kit.streams import iter_sse
 from runner_kit.wire import json_object, maybe_json, open_answer, sse_objects, tool_input
 
@@ -41,7 +39,6 @@ from .human_input import Form
 log = get_logger("runner_kit.dify")
 
 MAX_JSON_BODY = 16 * 1024 * 1024
-HOST_MAX_EXPIRY = 24 * 3600 - 120  # LangBot refuses an interaction that expires more than 24 h ahead
 
 
 def _file_type(f: InputFile) -> str:
@@ -69,7 +66,7 @@ class DifyAdapter(Adapter):
         self.task_id: str | None = None
         self._done = False
         self._unknown: set[str] = set()
-        self._go_on = False  # set by _resume: this message is sent to Dify as usual
+        self.pending = PendingAction(env, const.PENDING_KEY, "Dify form")
 
     # --- request building ----------------------------------------------------------------------
 
@@ -138,13 +135,15 @@ class DifyAdapter(Adapter):
     # --- streaming -------------------------------------------------------------------------------
 
     async def stream(self) -> AsyncIterator[ev.Event]:
-        record = self._pending()
-        submission = getattr(self.env.ctx.input, "interaction", None)
-        if submission is not None or record is not None:
-            async for item in self._resume(record, submission):
+        res = self.pending.resolve(self._read_click, self._read_typed)
+        for item in res.events:
+            yield item
+        if res.answer is not None and res.record is not None:
+            async for item in self._submit(res.record, *res.answer):
                 yield item
-            if not self._go_on:
-                return
+            return
+        if not res.go_on:
+            return
         url, body = await self._request()
         # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
         # (a proxy page, a wrong route) is an ordinary error and the id is kept
@@ -333,14 +332,6 @@ class DifyAdapter(Adapter):
 
     # --- Human Input: ask the chat, submit the form, stream the rest ----------------------------
 
-    @property
-    def _pending_key(self) -> str:
-        return session_key(const.PENDING_KEY, self.env.config.get("user-id-source"), self.env.user) or const.PENDING_KEY
-
-    def _pending(self) -> dict[str, Any] | None:
-        record = (self.env.ctx.state.conversation or {}).get(self._pending_key)
-        return record if isinstance(record, dict) and record.get("id") and record.get("form_token") else None
-
     def _ask(self, st: _StreamState) -> list[ev.Event]:
         """The run paused at a Human Input node: the form becomes one question in the chat (buttons
         or one field where the platform renders them, else words), and what answering needs is kept
@@ -357,91 +348,37 @@ class DifyAdapter(Adapter):
         form = Form.from_event(data)
         if not form.actions:
             raise RunnerError("upstream.paused", f"the {self.platform} form “{form.title}” has no actions to submit")
-        iid = f"dify-{uuid.uuid4().hex[:16]}"
-        expires = _float(data.get("expiration_time"))
-        actor, actor_name = ap.actor_of(self.env.ctx)
         record = {
-            "id": iid, "form_id": data.get("form_id"), "form_token": str(token), "workflow_run_id": str(run_id),
-            "task_id": data.get("task_id") or self.task_id, "user": self.env.user, "app_type": self.app_type,
+            "id": f"dify-{uuid.uuid4().hex[:16]}", "form_id": data.get("form_id"), "form_token": str(token),
+            "workflow_run_id": str(run_id), "task_id": data.get("task_id") or self.task_id, "user": self.env.user,
+            "app_type": self.app_type,
             "conversation_id": data.get("conversation_id") or st.conversation_id or self.env.session.current,
-            "actor": actor, "actor_name": actor_name, "expires_at": expires, **form.to_record(),
+            **form.to_record(),
         }
-        out: list[ev.Event] = [ev.State(self._pending_key, record)]
-        caps = getattr(self.env.ctx.delivery, "interactions", None)
-        request = None
-        if caps is not None:
-            now = time.time()
-            limit = now + HOST_MAX_EXPIRY
-            shown = min(expires, limit) if expires is not None else None
-            request = form.request(iid, self.platform, int(shown) if shown and shown > now + 5 else None, caps)
-        if request is not None:
-            out.append(ev.Interaction(request))
-            out.append(ev.NoReply())  # the request is the message when nothing streamed before it
-        else:
-            out.append(ev.Text(("\n\n" if st.text_seen else "") + form.question_text(self.platform)))
-        log.info("%s: run %s paused at form %s (%s, %d inputs, %d actions); asked the chat as %s", self.platform,
-                 run_id, form.title[:80], form.mode, len(form.inputs), len(form.actions), iid)
-        return out
+        log.info("%s: run %s paused at form %s (%s, %d inputs, %d actions)", self.platform, run_id,
+                 form.title[:80], form.mode, len(form.inputs), len(form.actions))
+        return self.pending.ask(
+            record, text=("\n\n" if st.text_seen else "") + form.question_text(self.platform),
+            expires_at=_float(data.get("expiration_time")),
+            request=lambda caps, expires: form.request(record["id"], self.platform, expires, caps),
+        )
 
-    async def _resume(self, record: dict[str, Any] | None, submission: Any) -> AsyncIterator[ev.Event]:
-        """This run may answer the pending form (a click, or a typed reply). Sets ``_go_on`` when the
-        message is not an answer and goes to Dify as a new message."""
-        form = Form.from_record(record) if record is not None else None
-        if submission is not None and (record is None or form is None or submission.interaction_id != record.get("id")):
-            yield ev.Text("(That Dify form is no longer waiting for an answer. Send your message again.)")
-            return
-        if record is None or form is None:
-            self._go_on = True
-            return
-        title = form.title
-        actor, _ = ap.actor_of(self.env.ctx)
-        asker = record.get("actor")
-        other = bool(asker and actor and actor != asker)
-        expires = _float(record.get("expires_at"))
-        if expires is not None and time.time() >= expires:
-            if other and submission is None:
-                self._go_on = True
-                return
-            yield ev.State(self._pending_key, None)
-            if submission is not None:
-                yield ev.Text(f"(The Dify form “{title}” expired before it was answered.)")
-                return
-            yield ev.Text(f"(The Dify form “{title}” expired before it was answered; your message was sent as "
-                          "a new one.)\n\n")
-            self._go_on = True
-            return
-        inp = self.env.input
-        if submission is not None:
-            answer: tuple[str, dict[str, Any]] | str | None = form.from_submission(submission)
-            if answer is None:
-                yield ev.Text(f"(That answer could not be read; the Dify form “{title}” is still open.)")
-                return
-        else:
-            answer = form.parse_reply(inp.text) if not inp.files else None
-        if other:
-            if answer is None:
-                self._go_on = True  # someone else's message: the form stays open for its asker
-                return
-            who = record.get("actor_name") or asker
-            yield ev.Text(f"(Only {who} can answer the Dify form “{title}”.)")
-            return
-        if answer is None:
-            yield ev.State(self._pending_key, None)
-            yield ev.Text(f"(The Dify form “{title}” was left unanswered; your new message comes next.)\n\n")
-            self._go_on = True
-            log.info("%s: form %s left unanswered; the message is sent as usual", self.platform, record["id"])
-            return
-        if isinstance(answer, str):
-            yield ev.Text(f"(The Dify form “{title}” is still open: {answer}.)")
-            return
-        action, inputs = answer
-        async for item in self._submit(record, form, action, inputs):
-            yield item
+    def _form(self) -> Form | None:
+        record = self.pending.record()
+        return Form.from_record(record) if record is not None else None
 
-    async def _submit(self, record: dict[str, Any], form: Form, action: str,
-                      inputs: dict[str, Any]) -> AsyncIterator[ev.Event]:
+    def _read_click(self, submission: Any) -> tuple[str, dict[str, Any]] | None:
+        form = self._form()
+        return form.from_submission(submission) if form is not None else None
+
+    def _read_typed(self, text: str) -> tuple[str, dict[str, Any]] | Incomplete | None:
+        form = self._form()
+        answer = form.parse_reply(text) if form is not None else None
+        return Incomplete(answer) if isinstance(answer, str) else answer
+
+    async def _submit(self, record: dict[str, Any], action: str, inputs: dict[str, Any]) -> AsyncIterator[ev.Event]:
         """``POST /form/human_input/{token}``, then the resumed run from ``/workflow/{id}/events``."""
-        title = form.title
+        title = str(record.get("title") or "Human input")
         user = str(record.get("user") or self.env.user)
         token = quote(str(record["form_token"]), safe="")
         run_id = str(record["workflow_run_id"])
@@ -467,11 +404,11 @@ class DifyAdapter(Adapter):
                 await read_bounded(resp, MAX_JSON_BODY, self.platform)
         except RunnerError:
             if gone:  # nothing left to answer: the form is dropped
-                yield ev.State(self._pending_key, None)
+                yield self.pending.done()
                 yield ev.Text(gone[0])
                 return
             raise  # the form stays pending: the same answer may be sent again
-        yield ev.State(self._pending_key, None)
+        yield self.pending.done()
         log.info("%s: submitted form %s (action %s); following run %s", self.platform, record["id"], action, run_id)
         async with open_answer(self.env.client, self.base + const.WORKFLOW_EVENTS_PATH.format(workflow_run_id=quote(run_id, safe="")),
                                method="GET", budget=self.env.budget(), platform=self.platform,

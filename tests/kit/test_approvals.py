@@ -15,6 +15,8 @@ from runners_cli.host import Identity
 from tests.helpers import messages, rtype, scripted_runner, terminal
 from tests.helpers import run_answering as drive
 
+pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
+
 SCHEMA = ConfigSchema.from_items(
     [
         {"name": "timeout", "type": "float", "default": 60},
@@ -50,11 +52,6 @@ class Asker(Adapter):
 
 RM = {"title": "run a command: rm -rf build", "detail": "in the workspace", "scope": "shell:rm"}
 
-
-@pytest.fixture(autouse=True)
-async def no_parked():
-    yield
-    await ap.close_all()
 
 
 def make(*questions):
@@ -264,6 +261,16 @@ async def test_a_parked_question_expires_into_a_denial():
     out = await drive(runner, host, host.make_context("allow", interactions=True))
     (line,) = texts(out)
     assert "no longer waiting" in line and "nobody answered in time" in line
+
+
+async def test_shutdown_stops_an_expired_agent_without_waiting_out_its_grace():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", interactions=True, config={"approval-timeout": 0.2}))
+    await asyncio.sleep(0.4)
+    assert cls.log and cls.log[0].timed_out and "close" not in cls.log  # in its grace period
+    started = asyncio.get_running_loop().time()
+    await ap.close_all()
+    assert "close" in cls.log and asyncio.get_running_loop().time() - started < ap.PARK_GRACE
 
 
 async def test_a_click_by_someone_else_leaves_the_question_open():

@@ -23,6 +23,8 @@ from tests.plugins.test_acp_agent_runner import _no_children
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "acp-agent-runner"))
 from acp_agent_runner import const, policy  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
+
 
 @pytest.fixture
 def srv():
@@ -42,11 +44,6 @@ def host():
 def _data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "data"))
 
-
-@pytest.fixture(autouse=True)
-async def no_parked():
-    yield
-    await ap.close_all()
 
 
 def ask_config(srv, ws, **extra):

@@ -25,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "claude-code-agent"
 from claude_code_agent import const  # noqa: E402
 from claude_code_agent.adapter import ClaudeCodeAdapter, permission_question, session_rules  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
+
 PLUGIN = "claude-code-agent"
 HELLO = "Hello from the fake model."
 
@@ -53,11 +55,6 @@ def _data_dir(tmp_path, monkeypatch):
 def answers_file(tmp_path):
     return tmp_path / "answers.jsonl"  # the fake's log, named through the `env` setting
 
-
-@pytest.fixture(autouse=True)
-async def no_parked():
-    yield
-    await ap.close_all()
 
 
 def answers(path: Path) -> list[dict]:

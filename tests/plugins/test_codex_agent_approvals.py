@@ -20,14 +20,11 @@ from tests.plugins.test_codex_agent import env, host  # noqa: F401 - fixtures
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "codex-agent"))
 from codex_agent.policy import Permissions, question_parts  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
+
 PLUGIN = "codex-agent"
 DONE = "The tool ran; done."
 
-
-@pytest.fixture(autouse=True)
-async def no_parked():
-    yield
-    await ap.close_all()
 
 
 def ask_config(env, **extra):  # noqa: F811

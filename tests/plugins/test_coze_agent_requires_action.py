@@ -112,7 +112,7 @@ async def test_click_for_unknown_id_is_one_line(srv, host, runner):
     r = await run(runner, host, "submitted", config=cfg(srv), interactions=True,
                   interaction={"interaction_id": "ask-nope", "action_id": "opt-0", "values": {}})
     assert rtype(terminal(r)) == "run.completed"
-    assert final_text(r) == "(That Coze question is no longer waiting. Send your message again.)"
+    assert final_text(r) == "(That Coze bot's question is no longer waiting for an answer. Send your message again.)"
     assert srv.chat_requests() == [] and srv.tool_outputs == []
 
 
@@ -123,7 +123,7 @@ async def test_click_after_expiry_is_one_line(srv, host, runner):
     await asyncio.sleep(0.1)
     r2 = await run(runner, host, "submitted", config=cfg(srv), interactions=True,
                    interaction={"interaction_id": record["id"], "values": {"answer": "x"}})
-    assert final_text(r2).startswith("(That Coze question expired")
+    assert final_text(r2).startswith("(The Coze bot's question “") and "expired before it was answered" in final_text(r2)
     assert srv.tool_outputs == [] and pending(r2) is None
 
 
@@ -132,7 +132,9 @@ async def test_typed_message_after_expiry_is_sent_as_usual(srv, host, runner):
     await asyncio.sleep(0.1)
     srv.requires_action = False
     r2 = await run(runner, host, "hello again", config=cfg(srv))
-    assert final_text(r2) == "Hello, world!" and srv.tool_outputs == [] and len(srv.chat_requests()) == 2
+    text = final_text(r2)
+    assert "expired before it was answered; your message was sent as a new one" in text
+    assert text.endswith("Hello, world!") and srv.tool_outputs == [] and len(srv.chat_requests()) == 2
 
 
 async def test_submit_refused_is_a_clear_failure(srv, host, runner):
@@ -163,3 +165,11 @@ async def test_only_the_asker_answers(srv, host, runner):
     assert "Only Alice" in final_text(r2) and srv.tool_outputs == []
     r3 = await run(runner, host, "14:05", config=cfg(srv), identity=alice)
     assert final_text(r3) == "It is 14:05 in Berlin."
+
+
+async def test_an_approver_may_answer_for_the_asker(srv, host, runner):
+    alice, bob = Identity(actor_id="alice", actor_name="Alice"), Identity(actor_id="bob", actor_name="Bob")
+    conf = cfg(srv, **{"advanced-settings": True, "approvers": ["bob"]})
+    await run(runner, host, "time?", config=conf, identity=alice)
+    r2 = await run(runner, host, "14:05", config=conf, identity=bob)
+    assert final_text(r2) == "It is 14:05 in Berlin." and srv.tool_outputs[0]["output"] == "14:05"

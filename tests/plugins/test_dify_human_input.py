@@ -11,7 +11,7 @@ from tests.fakes.dify import FakeDify
 from tests.helpers import failure, final_text, make_runner, rtype, run, state_updates, stored_key, terminal
 
 KEY = "app-dify-test-key-123"
-PENDING = stored_key("dify.pending-form")
+PENDING = "dify.pending-form"  # one per LangBot conversation (runner_kit.pending)
 SESSION = stored_key("dify.conversation_id")
 
 APPROVE = {"node_title": "Approval", "form_content": "Publish the draft?", "inputs": [],

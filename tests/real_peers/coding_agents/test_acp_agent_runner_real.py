@@ -160,16 +160,9 @@ async def test_cancel_in_the_middle_of_a_tool_leaves_nothing(clis, api, host, ag
 # --- permission-mode: ask ---------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def _no_parked():
-    from runner_kit import approvals as ap
-
-    yield
-    await ap.close_all()
-
 
 @pytest.mark.parametrize("agent", AGENTS)
-async def test_ask_a_typed_allow_lets_the_write_run(clis, api, host, agent, tmp_path, _no_parked):
+async def test_ask_a_typed_allow_lets_the_write_run(clis, api, host, agent, tmp_path, no_parked):
     ws = tmp_path / "ws"
     cfg = config(clis, api, agent, "toolw", workspace=str(ws), **{"permission-mode": "ask"})
     runner = make_runner(PLUGIN, host)
@@ -190,7 +183,7 @@ async def test_ask_a_typed_allow_lets_the_write_run(clis, api, host, agent, tmp_
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-async def test_ask_a_button_in_a_new_run_lets_the_write_run(clis, api, host, agent, tmp_path, _no_parked):
+async def test_ask_a_button_in_a_new_run_lets_the_write_run(clis, api, host, agent, tmp_path, no_parked):
     ws = tmp_path / "ws"
     cfg = config(clis, api, agent, "toolw", workspace=str(ws), **{"permission-mode": "ask"})
     runner = make_runner(PLUGIN, host)
