@@ -46,10 +46,16 @@ def _replies(lark: FakeLark, after: int = 0) -> list[str]:
     return out
 
 
-def test_a_lark_bot_answers_through_the_pipeline(langbot: Host, lark: FakeLark) -> None:
+@pytest.fixture(scope="module")
+def dify_installed(langbot: Host) -> Host:
+    langbot.install_plugin(DIFY)
+    return langbot
+
+
+def test_a_lark_bot_answers_through_the_pipeline(dify_installed: Host, lark: FakeLark) -> None:
     """The plumbing the button round trip stands on: a Lark webhook message reaches the pipeline's
     runner and its answer goes back to the Lark chat."""
-    langbot.install_plugin(DIFY)
+    langbot = dify_installed
     with FakeDify(api_key="app-lark-e2e") as dify:
         dify.answer_tokens = ["Hello ", "from ", "Dify."]
         pipeline = langbot.create_pipeline("lark-dify", {"base-url": dify.base_url, "api-key": "app-lark-e2e",
@@ -59,6 +65,72 @@ def test_a_lark_bot_answers_through_the_pipeline(langbot: Host, lark: FakeLark) 
         assert resp.status_code == 200, resp.text
         wait_for("the answer in the Lark chat", lambda: any("from Dify" in t for t in _replies(lark)), 30)
     say(f"lark calls: {[c['path'] for c in lark.calls()]}")
+
+
+# --- a Dify chatflow pauses at a Human Input form; the person answers -----------------------------
+
+APPROVAL_FORM = {"node_title": "Approval", "form_content": "Publish the draft?", "inputs": [],
+                 "actions": [{"id": "approve", "title": "Approve", "button_style": "primary"},
+                             {"id": "reject", "title": "Reject", "button_style": "default"}]}
+
+
+@pytest.fixture
+def dify_form() -> Iterator[FakeDify]:
+    with FakeDify(api_key="app-form-e2e", mode="chatflow") as srv:
+        srv.human_input = dict(APPROVAL_FORM)
+        srv.before_form = ["Draft ", "ready. "]
+        yield srv
+    assert srv.handler_errors == []
+
+
+def _dify_form_pipeline(host: Host, srv: FakeDify, name: str) -> str:
+    return host.create_pipeline(name, {"base-url": srv.base_url, "api-key": "app-form-e2e", "app-type": "chatflow",
+                                       "timeout": 30}, DIFY.runner_id)
+
+
+def test_a_dify_form_is_answered_by_a_typed_reply_in_the_websocket_chat(
+        dify_installed: Host, dify_form: FakeDify) -> None:
+    """No buttons on the websocket: the form arrives as a numbered question after what streamed;
+    the reply ``1`` (the next message) submits it to Dify and the rest of the workflow is the answer,
+    in the same Dify conversation."""
+    from tests.e2e.harness import ws_turns
+
+    host = dify_installed
+    pipeline = _dify_form_pipeline(host, dify_form, "dify-form-ws")
+    first, second = ws_turns(host, pipeline, ["publish the draft", "1"], timeout=60)
+    shown = " ".join(r["content"] for r in first.shown())
+    say(f"dify form over the websocket: {shown!r} -> {[r['content'] for r in second.shown()]}")
+    assert "Draft ready." in shown and "Dify asks: Approval" in shown and "1. Approve" in shown, shown
+    assert dify_form.form_submissions == [{"inputs": {}, "action": "approve",
+                                           "user": dify_form.form_submissions[0]["user"]}]
+    final = second.final()
+    assert final is not None and final["content"].strip() == "Approved: done.", second.shown()
+    assert len(dify_form.find_requests("POST", "/v1/chat-messages")) == 1, "the reply went to the form, not the chat"
+    runs = host.runs(first.conversation_id)
+    assert len(runs) == 2 and all(r["status"] == "completed" for r in runs), runs
+
+
+def test_a_dify_form_is_answered_by_a_lark_button(dify_installed: Host, dify_form: FakeDify, lark: FakeLark) -> None:
+    """A lark-omni bot shows the form's actions as card buttons; the click comes back as a new run,
+    which submits the form and delivers the rest of the workflow to the Lark chat."""
+    host = dify_installed
+    pipeline = _dify_form_pipeline(host, dify_form, "dify-form-lark")
+    bot = host.create_lark_bot("dify-form-lark", pipeline, lark)
+    assert host.lark_webhook(bot, lark.message("publish the draft")).status_code == 200
+    wait_for("the form's buttons in the Lark chat", lambda: len(lark.buttons()) >= 2, 60)
+    buttons = dict(lark.buttons())
+    say(f"lark buttons for the Dify form: {list(buttons)}")
+    assert {"Approve", "Reject"} <= set(buttons), buttons
+    assert dify_form.form_submissions == []
+    before = len(lark.calls())
+    assert host.lark_webhook(bot, lark.click(buttons["Approve"])).status_code == 200
+    try:
+        wait_for("the rest of the workflow in the Lark chat",
+                 lambda: any("Approved: done." in t for t in _replies(lark, before)), 60)
+    finally:
+        say(f"lark calls after the click: {[(c['method'], c['path']) for c in lark.calls()[before:]]}")
+    assert [s["action"] for s in dify_form.form_submissions] == ["approve"]
+    assert len(dify_form.find_requests("POST", "/v1/chat-messages")) == 1
 
 
 # --- a coding agent asks; the person answers ------------------------------------------------------
