@@ -393,3 +393,150 @@ async def close_all() -> None:
         task.cancel()  # skips the grace; the task still stops its agent
     if closing:
         await asyncio.gather(*closing, return_exceptions=True)
+
+
+# --- forms: a JSON-schema request for input (ACP and MCP elicitation) -----------------------------
+
+DECLINE = "__decline__"
+_DECLINE_WORDS = ("decline", "cancel", "拒绝", "取消")
+_YES = ("yes", "y", "true", "1", "是", "对", "好")
+_NO = ("no", "n", "false", "0", "否", "不")
+
+
+@dataclass(slots=True)
+class SchemaForm:
+    """An agent's request for structured input (an object of primitive properties, as ACP's
+    ``elicitation/create`` and MCP elicitation send it) asked as one chat question.
+
+    One property with choices (``enum``, ``oneOf``, a boolean) becomes buttons, one free property a
+    text answer, several properties typed ``name: value`` lines. :meth:`content` turns the answer
+    into the object to send back: a dict, :data:`DECLINE`'s None, or a string naming what is missing."""
+
+    message: str
+    props: list[tuple[str, dict[str, Any]]]
+    required: list[str]
+    question: Question
+
+    def content(self, answer: str) -> dict[str, Any] | str | None:
+        raw = answer.strip()
+        if answer == DECLINE or _norm(raw) in _DECLINE_WORDS:
+            return None
+        if not self.props:
+            return {}
+        if len(self.props) == 1:
+            name, spec = self.props[0]
+            value = _coerce(raw, spec)
+            return {name: value} if value is not None else f"{name}: {_expects(spec)}"
+        values: dict[str, str] = {}
+        names: dict[str, str] = {_norm(n): n for n, _ in self.props}
+        names.update({_norm(str(s.get("title") or n)): n for n, s in self.props})
+        for line in raw.splitlines():
+            key, sep, rest = line.replace("：", ":").partition(":")
+            named = names.get(_norm(key)) if sep else None
+            if named is not None:
+                values[named] = rest.strip()
+        out: dict[str, Any] = {}
+        problems = []
+        for name, spec in self.props:
+            if name not in values or values[name] == "":
+                if name in self.required:
+                    problems.append(f"{name} ({_expects(spec)})")
+                continue
+            value = _coerce(values[name], spec)
+            if value is None:
+                problems.append(f"{name} ({_expects(spec)})")
+            else:
+                out[name] = value
+        return "missing or not understood: " + "; ".join(problems) if problems else out
+
+    def again(self, problem: str) -> SchemaForm:
+        """The same form asked once more, saying what the last answer lacked."""
+        q = self.question
+        detail = f"{q.detail}\n({problem})" if q.detail else f"({problem})"
+        asked = Question(title=q.title, detail=detail[:1500], kind="question", options=list(q.options),
+                         free_text=q.free_text)
+        return SchemaForm(self.message, self.props, self.required, asked)
+
+
+def schema_form(message: str, schema: dict[str, Any]) -> SchemaForm:
+    props = [(str(k), v) for k, v in (schema.get("properties") or {}).items() if isinstance(v, dict)]
+    required = [str(r) for r in schema.get("required") or []]
+    title = " ".join(str(message or schema.get("title") or "The agent needs your input").split())[:300]
+    decline = Option(value=DECLINE, label="Decline")
+    if not props:
+        q = Question(title=title, kind="question", options=[Option(value="ok", label="OK"), decline], free_text=False)
+    elif len(props) == 1:
+        name, spec = props[0]
+        choices = _choices(spec)
+        about = str(spec.get("description") or spec.get("title") or "")
+        if choices and spec.get("type") != "array":
+            q = Question(title=title, detail=about[:600], kind="question", options=[*choices, decline],
+                         free_text=False)
+        else:
+            detail = "; ".join(x for x in (about, _expects(spec), "reply decline to refuse") if x)
+            q = Question(title=title, detail=detail[:600], kind="question", free_text=True)
+    else:
+        lines = []
+        for name, spec in props:
+            mark = " (required)" if name in required else ""
+            about = f" — {spec['description']}" if spec.get("description") else ""
+            lines.append(f"{name}: {_expects(spec)}{mark}{about}"[:200])
+        lines.append("Reply with one line per field, name: value (or decline). / 请每行回复一个字段“名称: 值”（或回复 拒绝）。")
+        q = Question(title=title, detail="\n".join(lines)[:1500], kind="question", free_text=True)
+    return SchemaForm(message=title, props=props, required=required, question=q)
+
+
+def _choices(spec: dict[str, Any]) -> list[Option]:
+    if spec.get("type") == "boolean":
+        return [Option(value="true", label="Yes"), Option(value="false", label="No")]
+    items: dict[str, Any] = spec["items"] if isinstance(spec.get("items"), dict) else spec
+    one_of = items.get("oneOf") or items.get("anyOf")
+    if isinstance(one_of, list) and one_of:
+        return [Option(value=str(o.get("const")), label=str(o.get("title") or o.get("const"))[:200])
+                for o in one_of[:20] if isinstance(o, dict) and o.get("const") is not None]
+    enum = items.get("enum")
+    if isinstance(enum, list) and 0 < len(enum) <= 20:
+        names: list[Any] = spec["enumNames"] if isinstance(spec.get("enumNames"), list) else []
+        return [Option(value=str(v), label=str(names[i] if i < len(names) else v)[:200]) for i, v in enumerate(enum)]
+    return []
+
+
+def _expects(spec: dict[str, Any]) -> str:
+    choices = _choices(spec)
+    kind = str(spec.get("type") or "string")
+    if choices:
+        listed = " / ".join(o.label for o in choices)
+        return f"one or more of {listed}, comma-separated" if kind == "array" else f"one of {listed}"
+    return {"number": "a number", "integer": "a whole number", "boolean": "yes or no"}.get(kind, "text")
+
+
+def _coerce(raw: str, spec: dict[str, Any]) -> Any:
+    kind = spec.get("type")
+    choices = _choices(spec)
+    if kind == "boolean":
+        low = _norm(raw)
+        return True if low in _YES else False if low in _NO else None
+    if kind in ("number", "integer"):
+        try:
+            value: float | int = int(raw) if kind == "integer" else float(raw)
+        except ValueError:
+            return None
+        lo, hi = spec.get("minimum"), spec.get("maximum")
+        if (isinstance(lo, (int, float)) and value < lo) or (isinstance(hi, (int, float)) and value > hi):
+            return None
+        return value
+    if kind == "array":
+        parts = [p for p in re.split(r"[,，、\n]", raw) if p.strip()]
+        picked = [_pick(p, choices) if choices else p.strip() for p in parts]
+        return picked if picked and all(p is not None for p in picked) else None
+    if choices:
+        return _pick(raw, choices)
+    return raw if raw else None
+
+
+def _pick(raw: str, choices: list[Option]) -> str | None:
+    low = _norm(raw)
+    for i, opt in enumerate(choices, 1):
+        if low in (str(i), _norm(opt.value), _norm(opt.label)):
+            return opt.value
+    return None

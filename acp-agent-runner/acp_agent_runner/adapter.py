@@ -34,9 +34,14 @@ from typing import Any, TypeVar
 from acp import PROTOCOL_VERSION, RequestError, image_block, resource_link_block, text_block
 from acp.client.connection import ClientSideConnection
 from acp.schema import (
+    AcceptElicitationResponse,
     AllowedOutcome,
+    CancelElicitationResponse,
     ClientCapabilities,
+    DeclineElicitationResponse,
     DeniedOutcome,
+    ElicitationCapabilities,
+    ElicitationFormCapabilities,
     FileSystemCapabilities,
     Implementation,
     ReadTextFileResponse,
@@ -149,6 +154,12 @@ class ACPClient:
         self.adapter.write_file(path, content)
         return WriteTextFileResponse()
 
+    async def create_elicitation(self, message: str, mode: Any, **kwargs: Any) -> Any:
+        return await self.adapter.on_elicitation(message, mode)
+
+    async def complete_elicitation(self, elicitation_id: str, **kwargs: Any) -> None:
+        pass  # only form elicitation is offered; URL elicitations (which this completes) are not
+
     async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         raise RequestError.method_not_found(method)
 
@@ -210,6 +221,9 @@ class ACPAdapter(Adapter):
                 client_capabilities=ClientCapabilities(
                     fs=FileSystemCapabilities(read_text_file=True, write_text_file=policy.may_write(self.mode)),
                     terminal=False,
+                    # questions to the user are asked in the chat only where someone answers them
+                    elicitation=ElicitationCapabilities(form=ElicitationFormCapabilities())
+                    if self.mode == "ask" else None,
                 ),
                 client_info=CLIENT_INFO,
             ),
@@ -540,6 +554,35 @@ class ACPAdapter(Adapter):
             reason = decision.reason or ("nobody answered in time" if decision.timed_out else "denied in the chat")
             meta = {"langbot": {"reason": reason, "by": decision.by}}
         return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=option, field_meta=meta))
+
+    async def on_elicitation(self, message: str, mode: Any) -> Any:
+        """``elicitation/create`` (form mode, offered in ``permission-mode: ask``): the agent asks the
+        user for input described by a JSON schema; asked in the chat like a permission, the answer is
+        sent back as the form's content (``accept``), or ``decline`` (denied, timed out, or a URL
+        elicitation, which is not offered)."""
+        if self._cancelling or self._closed or self._turn is None or self.mode != "ask":
+            return CancelElicitationResponse(action="cancel")
+        schema = getattr(mode, "requested_schema", None)
+        if schema is None:
+            log.info("%s sent a %s elicitation, which this runner does not offer; declined", self.agent_name,
+                     type(mode).__name__)
+            return DeclineElicitationResponse(action="decline")
+        form = ap.schema_form(message, schema.model_dump(by_alias=True, exclude_none=True))
+        for _ in range(3):  # an answer that misses a field is asked again, saying what is missing
+            decision = await self.env.ask(form.question)  # self.env read now: it may be a later run's
+            if self._cancelling or self._closed:
+                return CancelElicitationResponse(action="cancel")
+            content = form.content(decision.answer) if decision.allow and decision.answer is not None else None
+            if isinstance(content, str):
+                form = form.again(content)
+                continue
+            if content is None:
+                log.info("%s asked for input (%s): declined by %s", self.agent_name, form.message[:80],
+                         decision.by or ("nobody in time" if decision.timed_out else "?"))
+                return DeclineElicitationResponse(action="decline")
+            log.info("%s asked for input (%s): answered by %s", self.agent_name, form.message[:80], decision.by or "?")
+            return AcceptElicitationResponse(action="accept", content=content)
+        return DeclineElicitationResponse(action="decline")
 
     def _confined(self, path: str) -> Path:
         if not os.path.isabs(path):

@@ -284,3 +284,34 @@ async def test_a_click_by_someone_else_leaves_the_question_open():
     out = await drive(runner, host, host.make_context(
         interactions=True, interaction={"interaction_id": req["interaction_id"], "action_id": "deny"}))
     assert cls.log[0].word == "deny" and texts(out)[-1].endswith("deny] Done.")
+
+
+# --- schema forms (ACP / MCP elicitation) ------------------------------------------------------------
+
+
+def test_a_schema_form_reads_each_kind_of_property():
+    one_of = ap.schema_form("Pick", {"properties": {"env": {"type": "string", "oneOf": [
+        {"const": "prod", "title": "Production"}, {"const": "stg", "title": "Staging"}]}}})
+    assert [o.label for o in one_of.question.options] == ["Production", "Staging", "Decline"]
+    assert one_of.content("staging") == {"env": "stg"} and one_of.content("1") == {"env": "prod"}
+    assert one_of.content(ap.DECLINE) is None and one_of.content("拒绝") is None
+    flag = ap.schema_form("Sure?", {"properties": {"ok": {"type": "boolean"}}})
+    assert flag.content("yes") == {"ok": True} and flag.content("否") == {"ok": False}
+    count = ap.schema_form("How many?", {"properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}}})
+    assert count.question.free_text and count.content("3") == {"n": 3}
+    assert count.content("9") == "n: a whole number" and count.content("three") == "n: a whole number"
+    tags = ap.schema_form("Tags", {"properties": {"t": {"type": "array", "items": {"enum": ["a", "b", "c"]}}}})
+    assert tags.content("a, c") == {"t": ["a", "c"]} and isinstance(tags.content("a, z"), str)
+    empty = ap.schema_form("Continue?", {"properties": {}})
+    assert [o.label for o in empty.question.options] == ["OK", "Decline"] and empty.content("ok") == {}
+
+
+def test_a_schema_form_with_several_fields_takes_lines_and_names_what_is_missing():
+    form = ap.schema_form("Details", {"required": ["name"], "properties": {
+        "name": {"type": "string", "title": "Full name"}, "age": {"type": "number"}}})
+    assert "name: text (required)" in form.question.detail
+    assert form.content("Full name： Ada\nage: 36") == {"name": "Ada", "age": 36.0}
+    assert form.content("age: old") == "missing or not understood: name (text); age (a number)"
+    again = form.again("missing or not understood: name (text)")
+    assert "(missing or not understood: name (text))" in again.question.detail
+    assert again.question.id != form.question.id

@@ -273,3 +273,67 @@ def test_codex_is_launched_asking_in_ask_mode_only():
     assert 'approval_policy="untrusted"' in ask and 'sandbox_mode="workspace-write"' in ask
     other = providers.launch({"provider": "codex", "permission-mode": "workspace-write"}).argv
     assert not any("approval_policy" in a for a in other)
+
+
+# --- elicitation: the agent asks the user for input (ACP elicitation/create, form mode) -------------
+
+BRANCH = {"message": "Which branch should I push?",
+          "schema": {"type": "object", "properties": {"branch": {"type": "string", "enum": ["main", "dev"]}},
+                     "required": ["branch"]}}
+RELEASE = {"message": "Release details",
+           "schema": {"type": "object", "required": ["version", "notes"],
+                      "properties": {"version": {"type": "string", "description": "semver"},
+                                     "notes": {"type": "string"}, "draft": {"type": "boolean"}}}}
+
+
+def elicit(spec):
+    import json
+
+    return "elicit " + json.dumps(spec)
+
+
+async def test_an_elicitation_with_choices_is_answered_by_a_typed_number(srv, host, tmp_path):
+    srv.tool_command = elicit(BRANCH)
+    runner = make_runner("acp-agent-runner", host)
+    ctx = host.make_context("push it", steering=True, config=ask_config(srv, tmp_path / "ws"))
+    out = await drive(runner, host, ctx, ["2"], when="asks:")
+    assert rtype(terminal(out)) == "run.completed"
+    (q,) = [m for m in messages(out) if "asks:" in m]
+    assert "Which branch should I push?" in q and "1. main" in q and "2. dev" in q and "3. Decline" in q
+    assert [(e["action"], e["content"]) for e in srv.events("elicitation")] == [("accept", {"branch": "dev"})]
+    assert "Hello from the fake model." in "".join(messages(out)), "the turn goes on after the answer"
+
+
+async def test_a_form_answer_missing_a_field_is_asked_again_then_accepted(srv, host, tmp_path):
+    srv.tool_command = elicit(RELEASE)
+    runner = make_runner("acp-agent-runner", host)
+    ctx = host.make_context("release", steering=True, config=ask_config(srv, tmp_path / "ws"))
+    out = await drive(runner, host, ctx, ["version: 1.2.0", "version: 1.2.0\nnotes: fixes\ndraft: yes"], when="asks:")
+    asked = [m for m in messages(out) if "asks:" in m]
+    assert len(asked) == 2 and "notes (text)" in asked[1] and "version: text (required) — semver" in asked[0]
+    (e,) = srv.events("elicitation")
+    assert e["action"] == "accept" and e["content"] == {"version": "1.2.0", "notes": "fixes", "draft": True}
+
+
+async def test_an_elicitation_declined_by_a_button_in_a_new_run(srv, host, tmp_path):
+    srv.tool_command = elicit(BRANCH)
+    runner = make_runner("acp-agent-runner", host)
+    cfg = ask_config(srv, tmp_path / "ws")
+    await drive(runner, host, host.make_context("push it", interactions=True, config=cfg))
+    (req,) = host.interactions
+    labels = {a["label"]: a["id"] for a in req["actions"]}
+    assert list(labels) == ["main", "dev", "Decline"]
+    out = await drive(runner, host, host.make_context(
+        "", interactions=True, config=cfg, interaction={"interaction_id": req["interaction_id"],
+                                                        "action_id": labels["Decline"]}))
+    assert rtype(terminal(out)) == "run.completed"
+    assert [(e["action"], e["content"]) for e in srv.events("elicitation")] == [("decline", None)]
+    assert not await _no_children()
+
+
+async def test_elicitation_is_offered_only_when_someone_answers(srv, host, tmp_path):
+    srv.tool_command = elicit(BRANCH)
+    runner = make_runner("acp-agent-runner", host)
+    out = await drive(runner, host, host.make_context("push it", config={**config(srv), "workspace": str(tmp_path)}))
+    assert rtype(terminal(out)) == "run.completed"
+    assert [e["offered"] for e in srv.events("elicitation")] == [False]

@@ -28,6 +28,10 @@ What it does like the real codex-acp (fixtures/real-peers/codex-acp):
   Codex core's wording (500: "We're currently experiencing high demand…"; 429: "exceeded retry
   limit, last status: 429 Too Many Requests"; other statuses: "unexpected status <s> <reason>:
   <message>, url: <url>"); a broken stream → "stream disconnected before completion: …".
+- a tool command ``elicit {"message": …, "schema": {…}}`` (the test's stand-in for an agent that
+  needs input) sends ``elicitation/create`` in form mode when the client advertised
+  ``elicitation.form`` and feeds the answer (``{action, content}``) back as the tool output; without
+  the capability the output says so. Each is noted in ``FAKE_ACP_LOG`` (``elicitation``).
 - ``session/cancel`` stops the model call and kills the tool (its whole process group), and the
   prompt answers ``cancelled``.
 - like codex-acp it does **not** exit on stdin EOF (``--exit-on-eof`` makes it, like the others).
@@ -70,6 +74,8 @@ from acp.schema import (  # noqa: E402
     AgentCapabilities,
     AuthMethodAgent,
     CurrentModeUpdate,
+    ElicitationFormSessionMode,
+    ElicitationSchema,
     Implementation,
     InitializeResponse,
     LoadSessionResponse,
@@ -256,6 +262,7 @@ class FakeCodexACP:
 
     async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
                          **kw: Any) -> InitializeResponse:
+        self.client_caps = client_capabilities
         return InitializeResponse(
             protocol_version=PROTOCOL_VERSION,
             agent_capabilities=AgentCapabilities(
@@ -421,6 +428,9 @@ class FakeCodexACP:
                      "parsed_cmd": [{"type": "unknown", "cmd": cmd}]}
         s.items.append({"type": "function_call", "name": "exec_command", "call_id": call_id,
                         "arguments": call.get("arguments")})
+        if cmd.startswith("elicit "):
+            s.items.append({"type": "function_call_output", "call_id": call_id, "output": await self._elicit(s, call_id, cmd)})
+            return
         allowed = True
         reason = None
         program = cmd.split()[0] if cmd.split() else ""
@@ -456,6 +466,20 @@ class FakeCodexACP:
             await self._say(s, update_tool_call(call_id, status=status, raw_output={
                 "stdout": output, "exit_code": proc.returncode}, content=[]))
         s.items.append({"type": "function_call_output", "call_id": call_id, "output": output})
+
+    async def _elicit(self, s: Session, call_id: str, cmd: str) -> str:
+        spec = json.loads(cmd[len("elicit "):])
+        elicitation = getattr(getattr(self, "client_caps", None), "elicitation", None)
+        if elicitation is None or elicitation.form is None:
+            self.note("elicitation", offered=False)
+            return "the client does not take elicitation requests"
+        answer = await self.conn.create_elicitation(
+            message=spec["message"],
+            mode=ElicitationFormSessionMode(session_id=s.id, tool_call_id=call_id,
+                                            requested_schema=ElicitationSchema.model_validate(spec["schema"])))
+        result = {"action": answer.action, "content": getattr(answer, "content", None)}
+        self.note("elicitation", offered=True, **result)
+        return json.dumps(result)
 
     async def _kill_tool(self, s: Session) -> None:
         proc = s.tool
