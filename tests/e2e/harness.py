@@ -664,16 +664,19 @@ def _send_text(ws: Any, text: str, stream: bool) -> None:
 
 
 def ws_turns(host: Host, pipeline: str, texts: list[str], *, stream: bool = True, timeout: float = 45,
-             settle: float = 2.0) -> list[Chat]:
+             settle: float = 2.0, between: Callable[[int], Any] | None = None) -> list[Chat]:
     """Send each of ``texts`` on one websocket connection (one conversation), each once the answer
-    to the previous one has ended, and collect the frames of each answer.
+    to the previous one has ended, and collect the frames of each answer. ``between(i)`` runs
+    before text ``i`` (from the second on), e.g. to change the platform between two messages.
 
     Reading a turn stops ``settle`` seconds after the last frame once a final frame was seen (the
     host may still send its own failure notice after the runner's last message), or at ``timeout``.
     """
     chats = []
     with ws_session(host, pipeline) as (ws, connection_id):
-        for text in texts:
+        for i, text in enumerate(texts):
+            if i and between is not None:
+                between(i)
             frames: list[dict[str, Any]] = []
             arrivals: list[float] = []
             sent = time.monotonic()
