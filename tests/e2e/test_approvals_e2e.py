@@ -22,7 +22,7 @@ from runners_cli.plugins import find
 from tests.e2e.harness import FakeLark, Host, say, wait_for
 from tests.fakes.dify import FakeDify
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.langbot, pytest.mark.timeout(900)]
 
 DIFY = find("dify-agent")
 

@@ -48,7 +48,7 @@ from tests.e2e.harness import (
 )
 from tests.fakes.dify import FakeDify
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.langbot, pytest.mark.timeout(900)]
 
 
 PLUGIN = find("dify-agent")

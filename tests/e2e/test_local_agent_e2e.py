@@ -42,7 +42,7 @@ from tests.e2e.harness import (
 )
 from tests.fakes.openai import FakeOpenAI, Say, ToolCalls
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.langbot, pytest.mark.timeout(900)]
 
 PLUGIN = find("local-agent")
 RUNNER_ID = PLUGIN.runner_id  # plugin:langbot-team/LocalAgent/default
