@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Host, provide_venv, say
+from tests.e2e.harness import Host, outcome_of, provide_venv, record, say, table_lines
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -47,3 +48,20 @@ def _logs_on_failure(request: pytest.FixtureRequest, langbot: Host) -> Iterator[
     reports = [getattr(request.node, f"e2e_report_{when}", None) for when in ("setup", "call")]
     if any(report is not None and report.failed for report in reports):
         langbot.dump_logs()
+
+
+@pytest.fixture
+def journey(request: pytest.FixtureRequest) -> Iterator[Callable[[str, str], None]]:
+    """``journey(plugin, check)`` puts this test's outcome in the session's plugin x check table."""
+    cells: list[tuple[str, str]] = []
+    yield lambda plugin, check: cells.append((plugin, check))
+    for plugin, check in cells:
+        record(plugin, check, outcome_of(request.node))
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    lines = table_lines()
+    if lines:
+        terminalreporter.section("real LangBot 4.11.2: plugin x check")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -61,6 +61,7 @@ RUN_TERMINAL = {"completed", "failed", "cancelled", "timeout"}
 # what LangBot 4.11.2 itself puts in the chat when a runner fails (pipeline/process/handlers/chat.py)
 HOST_FAILURE_NOTICES = ("Agent runner execution failed.", "Agent runner temporarily unavailable. Please try again.",
                         "Request failed.")
+WEBSOCKET_BOT = "websocket-proxy-bot"  # the bot id of every WebUI websocket chat run
 HOST_FIELDS = {"enable-all-tools", "tools", "knowledge-bases", "mcp-resources", "mcp-resource-agent-read-enabled"}
 
 INSTALL_TIMEOUT = 900.0
@@ -72,6 +73,49 @@ _T0 = time.monotonic()
 
 def say(msg: str) -> None:
     print(f"[e2e {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
+# --- what the session measured: plugin x check, and timings -------------------------------------------
+
+#: plugin -> check -> "pass" / "skip" / "FAIL", filled by every e2e module and printed at the end of
+#: the session (conftest.py ``pytest_terminal_summary``)
+CHECKS: dict[str, dict[str, str]] = {}
+#: plugin -> measurement -> seconds (install, first text, message, ...)
+TIMINGS: dict[str, dict[str, float]] = {}
+
+
+def record(plugin: str, check: str, outcome: str) -> None:
+    CHECKS.setdefault(plugin, {})[check] = outcome
+
+
+def timing(plugin: str, **seconds: float | None) -> None:
+    TIMINGS.setdefault(plugin, {}).update({k.replace("_", " "): v for k, v in seconds.items() if v is not None})
+
+
+def outcome_of(item: Any) -> str:
+    """pass / skip / FAIL of a finished test item (its reports are kept by conftest.py)."""
+    reports = [getattr(item, f"e2e_report_{when}", None) for when in ("setup", "call")]
+    if any(r is not None and r.failed for r in reports):
+        return "FAIL"
+    if any(r is not None and r.skipped for r in reports):
+        return "skip"
+    call = reports[1]
+    return "pass" if call is not None and call.passed else "FAIL"
+
+
+def table_lines() -> list[str]:
+    checks = list(dict.fromkeys(c for row in CHECKS.values() for c in row))
+    if not checks:
+        return []
+    width = max(len(p) for p in CHECKS)
+    cols = [max(len(c), 4) for c in checks]
+    lines = ["plugin x check (real LangBot 4.11.2; - = not applicable):",
+             " ".join([" " * width, *(c.ljust(w) for c, w in zip(checks, cols, strict=True))])]
+    for plugin, row in sorted(CHECKS.items()):
+        lines.append(" ".join([plugin.ljust(width), *(row.get(c, "-").ljust(w) for c, w in zip(checks, cols, strict=True))]))
+    for plugin, t in sorted(TIMINGS.items()):
+        lines.append(f"{plugin}: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+    return lines
 
 
 def wait_for(what: str, probe: Callable[[], Any], timeout: float, interval: float = 0.5,
@@ -259,6 +303,7 @@ class Host:
     workspace: str = ""
     user_token: str = ""
     installed_version: str = ""
+    installed: dict[str, float] = field(default_factory=dict)  # plugin -> install seconds (ensure_plugin)
 
     # -- lifecycle --
 
@@ -547,6 +592,55 @@ class Host:
     def run_events(self, run_id: str) -> list[dict[str, Any]]:
         return self.data("GET", f"/api/v1/monitoring/executions/agent/{run_id}", params={"section": "events"})["events"]
 
+    def ensure_plugin(self, plugin: PluginInfo) -> float | None:
+        """Install ``plugin`` unless this host already has it; the seconds the install took, or None."""
+        if plugin.name in self.installed:
+            return None
+        took = self.install_plugin(plugin)
+        self.installed[plugin.name] = took
+        return took
+
+    def reset_context(self, conversation_id: str, bot_id: str = WEBSOCKET_BOT) -> None:
+        """What a bot owner's "reset context" does in the WebUI's monitoring sessions page
+        (``POST /api/v1/monitoring/sessions/reset-context``): the runner's conversation state goes,
+        the chat history stays. The WebUI websocket chat's runs all carry the bot id ``websocket-proxy-bot``."""
+        got = self.data("POST", "/api/v1/monitoring/sessions/reset-context",
+                        json={"bot_id": bot_id, "session_id": conversation_id})
+        assert got.get("reset") is True, got
+
+    def set_runner_config(self, pipeline: str, **changes: Any) -> None:
+        """Change keys of a pipeline's runner config through the pipeline API, as the WebUI's form does."""
+        current = self.data("GET", f"/api/v1/pipelines/{pipeline}")["pipeline"]
+        config = current["config"]
+        runner_id = config["ai"]["runner"]["id"]
+        config["ai"]["runner_config"][runner_id].update(changes)
+        self.api("PUT", f"/api/v1/pipelines/{pipeline}",
+                 json={"name": current["name"], "description": current.get("description") or "", "config": config})
+
+    def debug_stream_cancelled(self, agent: str, text: str, conversation_id: str,
+                               until: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
+        """Open the agent debug stream and close it, as a user closing the WebUI's debug panel does,
+        once a frame satisfies ``until``: LangBot 4.11.2 cancels the run when its consumer goes away
+        (``agent_debug_stream.py``; the ledger says ``cancelled`` / ``consumer_cancelled``). Returns
+        the frames read before closing."""
+        assert self.client is not None
+        headers = {"Authorization": f"Bearer {self.user_token}", "X-Workspace-Id": self.workspace}
+        frames: list[dict[str, Any]] = []
+        with self.client.stream("POST", f"/api/v1/agents/{agent}/debug/stream", headers=headers,
+                                json={"text": text, "conversation_id": conversation_id}) as resp:
+            assert resp.status_code == 200, resp.read()[:2000]
+            for line in resp.iter_lines():
+                if not line.strip():
+                    continue
+                frames.append(json.loads(line))
+                if until(frames[-1]) or frames[-1].get("kind") in ("completed", "error"):
+                    break
+        return frames
+
+    def run_usage(self, run: dict[str, Any]) -> dict[str, Any] | None:
+        """The token usage the run ledger holds for one run (an ``agent_run`` row)."""
+        return json.loads(run["usage_json"]) if run.get("usage_json") else None
+
 
 @dataclass
 class LegacyMigration:
@@ -664,16 +758,20 @@ def _send_text(ws: Any, text: str, stream: bool) -> None:
 
 
 def ws_turns(host: Host, pipeline: str, texts: list[str], *, stream: bool = True, timeout: float = 45,
-             settle: float = 2.0, between: Callable[[int], Any] | None = None) -> list[Chat]:
+             settle: float = 2.0, between: Callable[[int], Any] | None = None,
+             on_connect: Callable[[str], Any] | None = None) -> list[Chat]:
     """Send each of ``texts`` on one websocket connection (one conversation), each once the answer
     to the previous one has ended, and collect the frames of each answer. ``between(i)`` runs
-    before text ``i`` (from the second on), e.g. to change the platform between two messages.
+    before text ``i`` (from the second on), e.g. to change the platform between two messages;
+    ``on_connect`` is told the host's conversation id of the connection before the first text.
 
     Reading a turn stops ``settle`` seconds after the last frame once a final frame was seen (the
     host may still send its own failure notice after the runner's last message), or at ``timeout``.
     """
     chats = []
     with ws_session(host, pipeline) as (ws, connection_id):
+        if on_connect is not None:
+            on_connect(Chat(connection_id, []).conversation_id)
         for i, text in enumerate(texts):
             if i and between is not None:
                 between(i)

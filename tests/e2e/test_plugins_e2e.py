@@ -27,7 +27,8 @@ from tests.e2e.harness import (
     Host,
     assert_partial_answer_kept,
     recorded_failure,
-    say,
+    timing,
+    wait_for,
     ws_turns,
 )
 
@@ -48,23 +49,17 @@ def _http_cases() -> list[PluginCase]:
 
 
 HTTP = _http_cases()
-RESULTS: dict[str, dict[str, str]] = {}  # plugin -> check -> pass/fail, printed at the end
-TIMES: dict[str, dict[str, float]] = {}
+#: every HTTP plugin in the repository, written out so a plugin whose contract case goes missing
+#: fails here instead of silently leaving this suite
+EXPECTED = ["coze-agent", "dashscope-agent", "deerflow-agent", "dify-agent", "langflow-agent", "licos-agent",
+            "n8n-agent", "tbox-agent", "weknora-agent"]
+#: plugins whose platform reports token usage on a chat answer (the fakes do as the platform does):
+#: the usage must reach the run ledger. Langflow, DeerFlow and LICOS streams carry none.
+USAGE = {"coze-agent", "dashscope-agent", "dify-agent", "n8n-agent", "tbox-agent", "weknora-agent"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _table() -> Iterator[None]:
-    yield
-    checks = list(dict.fromkeys(c for r in RESULTS.values() for c in r))
-    if not checks:
-        return
-    width = max(len(p) for p in RESULTS)
-    say("plugin x check (real LangBot 4.11.2):")
-    say(" ".join([" " * width, *(c[:12].ljust(12) for c in checks)]))
-    for plugin, row in sorted(RESULTS.items()):
-        say(" ".join([plugin.ljust(width), *(row.get(c, "-").ljust(12) for c in checks)]))
-    for plugin, t in sorted(TIMES.items()):
-        say(f"{plugin}: " + ", ".join(f"{k} {v:.2f}s" for k, v in t.items()))
+def test_every_http_plugin_has_a_row() -> None:
+    assert sorted(c.plugin for c in HTTP) == EXPECTED
 
 
 @pytest.fixture(params=HTTP, ids=[c.plugin for c in HTTP])
@@ -82,26 +77,16 @@ def server(case: PluginCase) -> Iterator[Any]:
         srv.stop()
 
 
-_INSTALLED: set[str] = set()
-
-
 @pytest.fixture
 def host(langbot: Host, case: PluginCase) -> Host:
-    if case.plugin not in _INSTALLED:
-        took = langbot.install_plugin(find(case.plugin))
-        TIMES.setdefault(case.plugin, {})["install"] = took
-        _INSTALLED.add(case.plugin)
+    timing(case.plugin, install=langbot.ensure_plugin(find(case.plugin)))
     return langbot
 
 
 @pytest.fixture
-def check(request: pytest.FixtureRequest, case: PluginCase) -> Iterator[None]:
-    """Records this test's outcome in the table under its check name."""
-    name = request.node.originalname.removeprefix("test_")
-    yield
-    rep = getattr(request.node, "e2e_report_call", None)
-    outcome = "skip" if rep is not None and rep.skipped else "pass" if rep is not None and rep.passed else "FAIL"
-    RESULTS.setdefault(case.plugin, {})[name] = outcome
+def check(request: pytest.FixtureRequest, case: PluginCase, journey: Any) -> None:
+    """Records this test's outcome in the session's table under its check name."""
+    journey(case.plugin, request.node.originalname.removeprefix("test_"))
 
 
 def _config(case: PluginCase, srv: Any, **extra: Any) -> dict[str, Any]:
@@ -140,15 +125,20 @@ def test_chat(case: PluginCase, server: Any, host: Host, check: None) -> None:
         assert final is not None and final["content"] == ANSWER, chat.shown()
     growing = [r["content"] for r in first.replies if r.get("content")]
     assert len(set(growing)) > 1, f"the answer arrived in one piece, not streamed: {growing}"
-    TIMES.setdefault(case.plugin, {}).update({"first text": first.first_text_after() or -1,
-                                               "message": first.final_after() or -1,
-                                               "message 2": second.final_after() or -1})
+    timing(case.plugin, first_text=first.first_text_after(), message=first.final_after(),
+           message_2=second.final_after())
     if case.seen is not None:
         seen = case.seen(server)
         # the first asks for a new conversation (or names the thread it created for it), the second continues it
         assert len(seen) == 2 and seen[1].conversation and seen[0].conversation in ("", seen[1].conversation), seen
     for secret in _secrets(case, server):
         assert secret not in json.dumps(first.frames + second.frames)
+    # usage, where the platform reports it, reaches the run ledger
+    runs = host.runs(first.conversation_id)
+    assert len(runs) == 2 and all(r["status"] == "completed" for r in runs), runs
+    usage = host.run_usage(runs[0])
+    if case.plugin in USAGE:
+        assert usage and usage.get("total_tokens", 0) > 0, f"no usage in the run ledger: {usage}"
 
 
 def test_debug(case: PluginCase, server: Any, host: Host, check: None) -> None:
@@ -182,7 +172,7 @@ def test_wrong_key(case: PluginCase, server: Any, host: Host, check: None) -> No
 def test_session_gone(case: PluginCase, server: Any, host: Host, check: None) -> None:
     """The upstream conversation deleted between two messages: the second recovers with the notice."""
     if case.forget_sessions is None:
-        pytest.skip(f"{case.plugin} keeps no upstream conversation")
+        pytest.skip(f"{case.plugin}'s contract case has no forget_sessions hook (its fake cannot drop a conversation)")
     forget = case.forget_sessions
     case.answer(server, TOKENS, 0.0)
     cfg = _config(case, server, **{"advanced-settings": True, "session-reset-notice": True})
@@ -210,3 +200,60 @@ def test_stall(case: PluginCase, server: Any, host: Host, check: None) -> None:
     assert time.monotonic() - started < 25
     failure = recorded_failure(host, host.finished_run(chat.conversation_id))
     assert failure.code in ("upstream.timeout", "upstream.unavailable"), failure
+
+
+def test_reset(case: PluginCase, server: Any, host: Host, check: None) -> None:
+    """A bot owner resets the conversation's context (the WebUI's monitoring page): the next message
+    starts a new upstream conversation, on the same chat."""
+    if case.seen is None:
+        pytest.skip(f"{case.plugin}'s contract case cannot see the upstream requests (no seen hook)")
+    case.answer(server, TOKENS, 0.0)
+    pipeline = host.create_pipeline(_name(case, "reset"), _config(case, server), find(case.plugin).runner_id)
+    conversation: list[str] = []
+
+    def reset_before_third(i: int) -> None:
+        if i == 2:
+            host.reset_context(conversation[0])
+
+    chats = ws_turns(host, pipeline, ["hello", "and again", "after the reset"], timeout=60,
+                     between=reset_before_third, on_connect=conversation.append)
+    for chat in chats:
+        final = chat.final()
+        assert final is not None and final["content"] == ANSWER, chat.shown()
+    seen = case.seen(server)
+    assert len(seen) == 3, seen
+    assert seen[1].conversation and seen[0].conversation in ("", seen[1].conversation), \
+        f"the second message did not continue the conversation: {seen}"
+    assert seen[2].conversation != seen[1].conversation, f"the reset did not start a new conversation: {seen}"
+
+
+def test_cancel(case: PluginCase, server: Any, host: Host, check: None) -> None:
+    """The host cancels a run mid-stream (the agent debug panel closed: LangBot cancels the run of a
+    consumer that went away): the ledger says cancelled and the upstream work stops, through the
+    platform's stop API where it has one, else by closing the stream."""
+    tokens = [f"t{i} " for i in range(40)]
+    case.answer(server, tokens, 0.25)  # 10 s of answer
+    plugin = find(case.plugin)
+    agent = host.create_agent(_name(case, "cancel"), _config(case, server), plugin.runner_id)
+    conversation = f"e2e-cancel-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+
+    def has_text(frame: dict[str, Any]) -> bool:
+        chunk = ((frame.get("data") or {}).get("data") or {}).get("chunk") or {}
+        return frame.get("kind") == "result" and bool(chunk.get("content") or chunk.get("all_content"))
+
+    frames = host.debug_stream_cancelled(agent, "hello", conversation, until=has_text)
+    assert frames and has_text(frames[-1]), f"the stream ended before any text: {frames}"
+    run = host.finished_run(conversation)
+    assert (run["status"], run["status_reason"]) == ("cancelled", "consumer_cancelled"), run
+    if plugin.capabilities.get("interrupt") and case.cancel_seen is not None:
+        stop_seen = case.cancel_seen
+        what = "the platform's stop call"
+    else:
+        def stop_seen(srv: Any) -> bool:
+            return case.open_connections(srv) == 0
+        what = "the answer stream to close"
+    wait_for(what, lambda: stop_seen(server), 8, interval=0.1)
+    took = time.monotonic() - started
+    timing(case.plugin, cancel=took)
+    assert took < 8, f"the upstream answer was not stopped early ({took:.1f}s; it lasts 10 s)"
