@@ -4,9 +4,11 @@ import pytest
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("RUN_SLOW") == "1":
+    # opt in with RUN_SLOW=1, or by naming a slow suite's marker (`pytest -m langbot`, `-m real_peers`)
+    markexpr = config.option.markexpr or ""
+    if os.environ.get("RUN_SLOW") == "1" or any(m in markexpr for m in ("slow", "langbot", "real_peers")):
         return
-    skip = pytest.mark.skip(reason="slow suite: set RUN_SLOW=1 to run")
+    skip = pytest.mark.skip(reason="slow suite: set RUN_SLOW=1 (or select it: -m langbot, -m real_peers) to run")
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)

@@ -269,8 +269,9 @@ class Proc:
         if self.popen.poll() is not None:
             raise RuntimeError(f"{self.name} exited with {self.popen.returncode}:\n{_tail(self.log, 40)}")
 
-    def stop(self, grace: float) -> None:
-        """SIGTERM the process group, SIGKILL it after ``grace``, then any descendant that escaped it."""
+    def stop(self, grace: float) -> list[int]:
+        """SIGTERM the process group, SIGKILL it after ``grace``, then any descendant that escaped it;
+        returns the descendants still alive after that (none, unless something cannot be killed)."""
         pid = self.popen.pid
         escaped = _descendants(pid)
         with contextlib.suppress(ProcessLookupError):
@@ -287,6 +288,22 @@ class Proc:
             if table.get(child, (None, None))[1] == started:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(child, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while True:
+            table = _proc_table()
+            # a killed child stays in the table as a zombie until its reaper (init) collects it
+            alive = [c for c, started in escaped.items() if table.get(c, (None, None))[1] == started
+                     and not _zombie(c)]
+            if not alive or time.monotonic() > deadline:
+                return alive
+            time.sleep(0.1)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
 
 
 # --- the host -------------------------------------------------------------------------------------
@@ -360,12 +377,14 @@ class Host:
         if self.client is not None:
             self.client.close()
         # LangBot first, so it does not reconnect to a dying runtime; the runtime takes its workers along
+        survivors: list[int] = []
         for proc in reversed(self.procs):
-            proc.stop(grace=2 if proc.name == "langbot" else 10)  # LangBot takes ~8 s to exit on SIGTERM
+            survivors += proc.stop(grace=2 if proc.name == "langbot" else 10)  # LangBot takes ~8 s on SIGTERM
         leftovers = [p for p in self.procs if p.popen.poll() is None]
         busy = [port for port in self.ports.values() if not _port_free(port)]
-        if leftovers or busy:
-            raise RuntimeError(f"teardown left processes {[p.name for p in leftovers]} or busy ports {busy}")
+        if leftovers or busy or survivors:
+            raise RuntimeError(f"teardown left processes {[p.name for p in leftovers]}, descendants {survivors}"
+                               f" or busy ports {busy}")
         say("stopped LangBot and the plugin runtime")
 
     def dump_logs(self, lines: int = 60) -> None:

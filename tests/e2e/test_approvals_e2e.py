@@ -89,10 +89,11 @@ def _dify_form_pipeline(host: Host, srv: FakeDify, name: str) -> str:
 
 
 def test_a_dify_form_is_answered_by_a_typed_reply_in_the_websocket_chat(
-        dify_installed: Host, dify_form: FakeDify) -> None:
+        dify_installed: Host, dify_form: FakeDify, journey: Any) -> None:
     """No buttons on the websocket: the form arrives as a numbered question after what streamed;
     the reply ``1`` (the next message) submits it to Dify and the rest of the workflow is the answer,
     in the same Dify conversation."""
+    journey("dify-agent", "question_typed")
     from tests.e2e.harness import ws_turns
 
     host = dify_installed
@@ -110,9 +111,10 @@ def test_a_dify_form_is_answered_by_a_typed_reply_in_the_websocket_chat(
     assert len(runs) == 2 and all(r["status"] == "completed" for r in runs), runs
 
 
-def test_a_dify_form_is_answered_by_a_lark_button(dify_installed: Host, dify_form: FakeDify, lark: FakeLark) -> None:
+def test_a_dify_form_is_answered_by_a_lark_button(dify_installed: Host, dify_form: FakeDify, lark: FakeLark, journey: Any) -> None:
     """A lark-omni bot shows the form's actions as card buttons; the click comes back as a new run,
     which submits the form and delivers the rest of the workflow to the Lark chat."""
+    journey("dify-agent", "question_button")
     host = dify_installed
     pipeline = _dify_form_pipeline(host, dify_form, "dify-form-lark")
     bot = host.create_lark_bot("dify-form-lark", pipeline, lark)
@@ -165,10 +167,11 @@ def _ask_config(srv: Any, workspace: Path, **extra: Any) -> dict[str, Any]:
 
 
 def test_a_typed_approval_in_the_websocket_chat_answers_the_running_agent(
-        acp_installed: Host, model_api: Any, tmp_path: Path) -> None:
+        acp_installed: Host, model_api: Any, tmp_path: Path, journey: Any) -> None:
     """No buttons on the websocket: the question arrives as its own reply while the run is open, the
     typed ``allow`` is claimed by that run (steering) and answers the agent, which runs the command
     and finishes the turn in the same run; the answer is logged with who gave it."""
+    journey("acp-agent-runner", "approval_typed")
     from tests.e2e.harness import run_inputs, ws_dialogue
 
     host = acp_installed
@@ -192,10 +195,11 @@ def test_a_typed_approval_in_the_websocket_chat_answers_the_running_agent(
 
 
 def test_a_lark_button_click_resumes_the_waiting_agent_in_a_new_run(
-        acp_installed: Host, model_api: Any, lark: FakeLark, tmp_path: Path) -> None:
+        acp_installed: Host, model_api: Any, lark: FakeLark, tmp_path: Path, journey: Any) -> None:
     """A lark-omni bot renders the question as a card with buttons; the run that asked ends, the
     click comes back as a new ``interaction.submitted`` run that attaches to the waiting agent, the
     command runs and the agent's answer is delivered to the Lark chat."""
+    journey("acp-agent-runner", "approval_button")
     host = acp_installed
     workspace = tmp_path / "ws"
     pipeline = host.create_pipeline("acp-ask-lark", _ask_config(model_api, workspace), ACP.runner_id)

@@ -9,8 +9,8 @@ The tests drive the agent debug API (two turns sharing one Dify conversation, an
 failure), chat with API-made pipelines over the WebUI websocket to check what a user sees when a
 run fails (a stalled answer keeps its text plus an "incomplete" note; a missing api-key is
 explained instead of the host's generic "Agent runner execution failed.") and what the run ledger
-records, then migrate a legacy ``dify-service-api`` pipeline written straight into LangBot's
-SQLite database and chat with the migrated pipeline over the WebUI websocket.
+records. (The legacy ``dify-service-api`` migration is a row of test_migrations_e2e.py, with the
+other legacy runners.)
 
 Follow-ups: a test-only multi-turn runner (``steer_probe/``) and the coding agents (Claude Code and
 Codex, each with its scripted CLI and, when npm can install it, the real CLI, over the fake model API)
@@ -26,7 +26,6 @@ import re
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,6 @@ import pytest
 from runners_cli.plugins import PluginInfo, find, load_plugin
 from tests.e2e.harness import (
     Host,
-    LegacyMigration,
     assert_failure_explained,
     assert_partial_answer_kept,
     is_host_notice,
@@ -201,58 +199,6 @@ def test_agent_debug_explains_a_missing_api_key(host: Host, dify: FakeDify) -> N
     assert (failure.status, failure.code, failure.retryable) == ("failed", "config.missing", False), failure
 
 
-# --- legacy pipeline migration (host-contract.md section 5) ------------------------------------------
-
-
-@dataclass
-class Migration(LegacyMigration):
-    dify: FakeDify
-
-
-def _insert_legacy_pipeline(host: Host, srv: FakeDify) -> str:
-    """A 4.10-style ``dify-service-api`` pipeline, written straight into SQLite (the API refuses it)."""
-    ai = {
-        "runner": {"runner": "dify-service-api", "expire-time": 0},
-        "dify-service-api": {
-            "base-url": srv.base_url,
-            "api-key": API_KEY,
-            "app-type": "chat",
-            "base-prompt": "Describe the file.",
-            "timeout": 120,
-        },
-    }
-    return host.insert_legacy_pipeline("e2e-legacy-dify", ai, remove_think=True)
-
-
-@pytest.fixture(scope="module")
-def migration(host: Host) -> Iterator[Migration]:
-    with FakeDify(api_key=API_KEY) as srv:
-        pipeline = _insert_legacy_pipeline(host, srv)
-        yield Migration(**vars(host.migrate(pipeline)), dify=srv)
-
-
-def test_legacy_dify_pipeline_migrates_to_this_plugin(migration: Migration) -> None:
-    migrated = migration.runner_config("dify-service-api", PLUGIN)
-    assert migrated["base-url"] == migration.dify.base_url
-    assert migrated["user-id-source"] == "legacy-session"
-    assert migrated["timeout"] == 30
-    assert migrated["remove-think"] is True
-
-
-def test_migrated_pipeline_answers_over_the_webui_websocket(host: Host, migration: Migration) -> None:
-    assert migration.preview["state"] == "ready", "the migration did not run"
-    chat = ws_chat(host, migration.pipeline, "hi")
-    final = chat.final()
-    assert final is not None, f"no final response over the websocket: {chat.replies}"
-    assert final["content"] == "".join(migration.dify.answer_tokens)
-
-    (request,) = migration.dify.find_requests("POST", "/v1/chat-messages")
-    body = request.json()
-    assert body["query"] == "hi"
-    # legacy-session: the 4.10 user string {launcher_type}_{launcher_id}, not the actor
-    assert body["user"].startswith("person_"), body["user"]
-
-
 # --- steering: follow-ups sent during a run --------------------------------------------------------
 
 PROBE = load_plugin(Path(__file__).with_name("steer_probe"))  # a test-only multi-turn runner on the kit
@@ -334,11 +280,12 @@ def _coding_executable(plugin: str, kind: str) -> str:
 @pytest.mark.parametrize("cli", ["fake", "real"])
 @pytest.mark.parametrize("plugin", sorted(CODING))
 def test_coding_agent_answers_a_follow_up_in_the_same_live_process(
-    host: Host, coding_plugins: dict[str, PluginInfo], tmp_path: Path, plugin: str, cli: str
+    host: Host, coding_plugins: dict[str, PluginInfo], tmp_path: Path, plugin: str, cli: str, journey: Any
 ) -> None:
     """A coding agent (its scripted CLI, and the real CLI when it can be installed) behind a
     pipeline: a message sent while it answers is claimed by the running run and answered by the same
     agent process, each with its own reply; nothing is dropped and no process survives the run."""
+    journey(plugin, "follow_up" if cli == "fake" else "follow_up_real_cli")
     from tests.fakes.model_api import FakeModelAPI
 
     info = coding_plugins[plugin]

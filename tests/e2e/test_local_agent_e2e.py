@@ -34,6 +34,7 @@ from tests.e2e.harness import (
     Host,
     LegacyMigration,
     assert_failure_explained,
+    assert_partial_answer_kept,
     recorded_failure,
     say,
     wait_for,
@@ -127,7 +128,8 @@ def streamed_updates(chat: Chat, final: dict[str, Any]) -> list[str]:
 # --- the runner and its form ------------------------------------------------------------------------
 
 
-def test_host_lists_local_agent_with_its_whole_config_form(host: Host) -> None:
+def test_host_lists_local_agent_with_its_whole_config_form(host: Host, journey: Any) -> None:
+    journey("local-agent", "form")
     assert RUNNER_ID in host.runner_ids()
     stage = host.runner_stage(RUNNER_ID)
     items = {item["id"].removeprefix(RUNNER_ID + "."): item for item in stage["config"]}
@@ -156,8 +158,8 @@ def test_provider_test_call_reaches_the_fake_model(host: Host, llm: FakeOpenAI, 
 
 
 def test_pipeline_chat_streams_and_the_second_message_sees_the_first(
-    host: Host, llm: FakeOpenAI, model: str
-) -> None:
+    host: Host, llm: FakeOpenAI, model: str, journey: Any) -> None:
+    journey("local-agent", "chat")
     llm.responder = echo
     llm.token_delay = 0.1  # about a second per answer, so the chat has time to show it grow
     pipeline = host.create_pipeline(f"e2e-local-{uuid.uuid4().hex[:6]}", agent_config(model), RUNNER_ID)
@@ -197,7 +199,8 @@ def _finished_runs(host: Host, conversation_id: str, count: int) -> list[dict[st
     return rows if len(rows) == count and all(r["status"] in RUN_TERMINAL for r in rows) else None
 
 
-def test_agent_debug_answers(host: Host, llm: FakeOpenAI, model: str) -> None:
+def test_agent_debug_answers(host: Host, llm: FakeOpenAI, model: str, journey: Any) -> None:
+    journey("local-agent", "debug")
     llm.responder = echo
     agent = host.create_agent("e2e-local-debug", agent_config(model), RUNNER_ID)
     conversation = f"e2e-local-{uuid.uuid4().hex[:8]}"
@@ -323,8 +326,8 @@ def _tool_listed(host: Host, name: str) -> bool:
 
 
 def test_model_calls_a_langbot_tool_and_answers_with_its_result(
-    host: Host, llm: FakeOpenAI, model: str, weather_tool: WeatherTool
-) -> None:
+    host: Host, llm: FakeOpenAI, model: str, weather_tool: WeatherTool, journey: Any) -> None:
+    journey("local-agent", "tools")
     llm.script = [ToolCalls([(weather_tool.name, {"city": "Paris"})]), Say("It is sunny in Paris.")]
     config = agent_config(model, **{"enable-all-tools": True})
     pipeline = host.create_pipeline(f"e2e-local-tool-{uuid.uuid4().hex[:6]}", config, RUNNER_ID)
@@ -351,7 +354,8 @@ def test_model_calls_a_langbot_tool_and_answers_with_its_result(
 # --- failures ----------------------------------------------------------------------------------------
 
 
-def test_wrong_provider_api_key_is_explained_in_the_chat(host: Host, llm: FakeOpenAI) -> None:
+def test_wrong_provider_api_key_is_explained_in_the_chat(host: Host, llm: FakeOpenAI, journey: Any) -> None:
+    journey("local-agent", "wrong_key")
     wrong = host.create_llm_model(MODEL_NAME, base_url=llm.base_url, api_key="sk-wrong-" + secrets.token_hex(8))
     pipeline = host.create_pipeline(f"e2e-local-401-{uuid.uuid4().hex[:6]}", agent_config(wrong), RUNNER_ID)
     started = time.monotonic()
@@ -366,6 +370,64 @@ def test_wrong_provider_api_key_is_explained_in_the_chat(host: Host, llm: FakeOp
     assert calls and all(r.headers.get("authorization") != f"Bearer {API_KEY}" for r in calls), calls
     failure = recorded_failure(host, host.finished_run(chat.conversation_id))
     assert (failure.code, failure.retryable) == ("upstream.auth", False), failure
+
+
+# --- journeys: reset, host cancel, stall ----------------------------------------------------------
+
+
+def test_after_a_reset_the_model_no_longer_sees_the_earlier_messages(
+        host: Host, llm: FakeOpenAI, model: str, journey: Any) -> None:
+    """LocalAgent's conversation is LangBot's own transcript: after the owner resets the context
+    (the WebUI's monitoring page), the next message reaches the model without the earlier exchange."""
+    journey("local-agent", "reset")
+    llm.responder = echo
+    pipeline = host.create_pipeline(f"e2e-local-reset-{uuid.uuid4().hex[:6]}", agent_config(model), RUNNER_ID)
+    conversation: list[str] = []
+    chats = ws_turns(host, pipeline, ["My name is Ada.", "What is my name?", "Do you know my name?"],
+                     between=lambda i: i == 2 and host.reset_context(conversation[0]),
+                     on_connect=conversation.append)
+    assert [c.final()["content"] if c.final() else None for c in chats] == [
+        "You said: My name is Ada..", "You said: What is my name?.", "You said: Do you know my name?."]
+    second, third = (said_by(r["messages"], "user") for r in llm.chat_requests[1:3])
+    assert "My name is Ada." in second[:-1], second
+    assert not any("My name is Ada." in t or "What is my name?" in t for t in third[:-1]), \
+        f"the reset did not clear what the model sees: {third}"
+
+
+def test_a_host_cancel_stops_the_model_call(host: Host, llm: FakeOpenAI, model: str, journey: Any) -> None:
+    """The agent debug panel closed mid-answer: LangBot cancels the run, and the runner ends its
+    model call (the provider's stream closes) instead of reading the answer to its end."""
+    journey("local-agent", "cancel")
+    llm.answer_tokens = [f"t{i} " for i in range(40)]
+    llm.token_delay = 0.25  # 10 s of answer
+    agent = host.create_agent("e2e-local-cancel", agent_config(model), RUNNER_ID)
+    conversation = f"e2e-local-cancel-{uuid.uuid4().hex[:8]}"
+    started = time.monotonic()
+    frames = host.debug_stream_cancelled(
+        agent, "write a long answer", conversation,
+        until=lambda f: bool((((f.get("data") or {}).get("data") or {}).get("chunk") or {}).get("all_content")))
+    assert frames[-1].get("kind") == "result", frames
+    run = host.finished_run(conversation)
+    assert (run["status"], run["status_reason"]) == ("cancelled", "consumer_cancelled"), run
+    wait_for("the model call to end", lambda: llm.active_requests == 0, 8, interval=0.1)
+    took = time.monotonic() - started
+    say(f"measured: LocalAgent host cancel stopped the model call after {took:.2f}s")
+    assert took < 8, f"the model call was not stopped early ({took:.1f}s; the answer lasts 10 s)"
+
+
+def test_a_stalled_model_keeps_the_partial_answer_with_its_note(
+        host: Host, llm: FakeOpenAI, model: str, journey: Any) -> None:
+    journey("local-agent", "stall")
+    llm.answer_tokens = ["The first part ", "and the rest."]
+    llm.fault = "stall"  # the first token, then nothing
+    config = agent_config(model, timeout=6, **{"advanced-settings": True, "idle-timeout": 2})
+    pipeline = host.create_pipeline(f"e2e-local-stall-{uuid.uuid4().hex[:6]}", config, RUNNER_ID)
+    started = time.monotonic()
+    chat = ws_chat(host, pipeline, "hello", timeout=40)
+    assert_partial_answer_kept(chat, streamed="The first part ")
+    assert time.monotonic() - started < 25
+    failure = recorded_failure(host, host.finished_run(chat.conversation_id))
+    assert failure.code in ("upstream.timeout", "upstream.unavailable"), failure
 
 
 # --- legacy pipeline migration (host-contract.md section 5) ------------------------------------------
@@ -402,7 +464,8 @@ def test_legacy_local_agent_pipeline_migrates_to_this_plugin(migration: Migratio
     assert migrated["enable-all-tools"] is True  # 4.10's local agent offered every tool
 
 
-def test_migrated_local_agent_pipeline_answers_over_the_webui_websocket(host: Host, migration: Migration) -> None:
+def test_migrated_local_agent_pipeline_answers_over_the_webui_websocket(host: Host, migration: Migration, journey: Any) -> None:
+    journey("local-agent", "migration")
     results = (migration.task.get("task_context") or {}).get("metadata", {}).get("results")
     assert results and results[0]["state"] == "migrated", f"the pipeline was not migrated: {results}"
     migration.llm.reply = "Hello from the migrated pipeline."

@@ -1,22 +1,26 @@
-"""Every HTTP plugin inside the real LangBot 4.11.2 (issue 13, first part): one entry per plugin,
-taken from the contract suite's ``PluginCase`` (tests/contract/case_*.py), so a new plugin is
-covered here as soon as it has its contract case.
+"""Every plugin inside the real LangBot 4.11.2 (issue 13): one entry per plugin, taken from the
+contract suite's ``PluginCase`` (tests/contract/case_*.py), so a new plugin is covered here as soon
+as it has its contract case; ``EXPECTED`` names them all, so a case that goes missing fails.
 
-For each plugin, against its fake platform on loopback, through the host's HTTP and websocket APIs:
-the ``.lbpkg`` from ``runners build`` installs and the runner shows its whole config form with
-labels in both languages; a pipeline websocket chat streams the answer and its second message
-continues the upstream conversation; agent debug answers; a wrong key is our ``upstream.auth`` with
-a clear message; an upstream conversation deleted between two messages recovers with the notice;
-a mid-stream stall ends with the partial answer and its note. A table plugin x check is printed at
-the end of the module (``-s`` shows it).
+For each plugin (the HTTP platforms, and the coding agents driving their scripted CLIs over the fake
+model API), against its fake on loopback, through the host's HTTP and websocket APIs: the ``.lbpkg``
+from ``runners build`` installs and the runner shows its whole config form with labels in both
+languages; a pipeline websocket chat streams the answer, its second message continues the upstream
+conversation and its usage reaches the run ledger; agent debug answers; a wrong key is our
+``upstream.auth`` with a clear message; an upstream conversation deleted between two messages
+recovers with the notice; a mid-stream stall ends with the partial answer and its note; the owner's
+reset starts a new upstream conversation; a host cancel stops the upstream work. The session's
+plugin x check table (conftest.py) is printed at the end of the run.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -38,43 +42,63 @@ TOKENS = ["Hello ", "from ", "the ", "platform."]
 ANSWER = "".join(TOKENS)
 
 
-def _http_cases() -> list[PluginCase]:
-    """One case per HTTP plugin: coding agents (an agent process) and LocalAgent (LangBot's own
-    models) have their own e2e modules."""
+def _cases() -> list[PluginCase]:
+    """One case per plugin, HTTP platforms and coding agents (an agent CLI over the fake model API).
+    LocalAgent runs on models registered in LangBot and has its own module (test_local_agent_e2e.py)."""
     seen: dict[str, PluginCase] = {}
     for case in CASES:
-        if case.agent_pids is None and case.prepare_host is None and case.plugin not in seen:
+        if case.prepare_host is None and case.plugin not in seen:
             seen[case.plugin] = case
     return list(seen.values())
 
 
-HTTP = _http_cases()
-#: every HTTP plugin in the repository, written out so a plugin whose contract case goes missing
-#: fails here instead of silently leaving this suite
-EXPECTED = ["coze-agent", "dashscope-agent", "deerflow-agent", "dify-agent", "langflow-agent", "licos-agent",
-            "n8n-agent", "tbox-agent", "weknora-agent"]
+PLUGINS = _cases()
+#: every plugin of the repository but LocalAgent, written out so a plugin whose contract case goes
+#: missing fails here instead of silently leaving this suite
+EXPECTED = ["acp-agent-runner", "claude-code-agent", "codex-agent", "coze-agent", "dashscope-agent",
+            "deerflow-agent", "dify-agent", "langflow-agent", "licos-agent", "n8n-agent", "tbox-agent",
+            "weknora-agent"]
 #: plugins whose platform reports token usage on a chat answer (the fakes do as the platform does):
 #: the usage must reach the run ledger. Langflow, DeerFlow and LICOS streams carry none.
 USAGE = {"coze-agent", "dashscope-agent", "dify-agent", "n8n-agent", "tbox-agent", "weknora-agent"}
 
 
-def test_every_http_plugin_has_a_row() -> None:
-    assert sorted(c.plugin for c in HTTP) == EXPECTED
+def test_every_plugin_has_a_row() -> None:
+    assert sorted(c.plugin for c in PLUGINS) == EXPECTED
 
 
-@pytest.fixture(params=HTTP, ids=[c.plugin for c in HTTP])
+@pytest.fixture(params=PLUGINS, ids=[c.plugin for c in PLUGINS])
 def case(request: pytest.FixtureRequest) -> Iterator[PluginCase]:
     c: PluginCase = request.param
     yield c
 
 
+#: where a coding agent's runner keeps its agents' HOMEs inside LangBot: the runtime starts plugin
+#: workers with an empty environment, so the kit's default data root (runner_kit/process.py)
+AGENT_DATA = Path.home() / ".local" / "share" / "langbot-agent-runners"
+
+
 @pytest.fixture
 def server(case: PluginCase) -> Iterator[Any]:
     srv = case.start_server()
+    made: Callable[[], set[Path]] = set
+    if hasattr(srv, "homes"):
+        # a coding agent's fake finds the runner's HOMEs (to forget its sessions) under its data_dir;
+        # inside LangBot they are under AGENT_DATA, shared with any other local use: the hooks see,
+        # and the test removes afterwards, only the HOMEs this test made
+        before = set(AGENT_DATA.glob("*/homes/*"))
+        list_homes = srv.homes
+        srv.data_dir = AGENT_DATA
+        srv.homes = lambda platform_dir: [h for h in list_homes(platform_dir) if h not in before]
+
+        def made() -> set[Path]:
+            return set(AGENT_DATA.glob("*/homes/*")) - before
     try:
         yield srv
     finally:
         srv.stop()
+        for home in made():
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture
