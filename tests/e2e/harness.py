@@ -1044,3 +1044,16 @@ class FakeLark:
             body = call.get("body")
             out.append(json.dumps(body, ensure_ascii=False) if not isinstance(body, str) else body)
         return out
+
+
+def working_in(directory: Path) -> list[int]:
+    """Pids whose working directory is ``directory`` or below (orphaned tool shells included)."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            cwd = Path(os.readlink(entry / "cwd"))
+        except OSError:
+            continue
+        if cwd == directory or directory in cwd.parents:
+            found.append(int(entry.name))
+    return found

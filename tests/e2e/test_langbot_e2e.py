@@ -21,7 +21,6 @@ the chat shows one reply per turn, with no ``steering.dropped`` in the run's jou
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 import uuid
@@ -41,6 +40,7 @@ from tests.e2e.harness import (
     run_inputs,
     say,
     wait_for,
+    working_in,
     ws_chat,
     ws_conversation,
 )
@@ -277,15 +277,15 @@ def _coding_executable(plugin: str, kind: str) -> str:
     return str(getattr(provide_coding_clis(), real))  # skips, saying why, when npm cannot install it
 
 
-@pytest.mark.parametrize("cli", ["fake", "real"])
+@pytest.mark.parametrize("cli", ["real"])  # the scripted CLIs: test_follow_up in test_plugins_e2e.py
 @pytest.mark.parametrize("plugin", sorted(CODING))
 def test_coding_agent_answers_a_follow_up_in_the_same_live_process(
     host: Host, coding_plugins: dict[str, PluginInfo], tmp_path: Path, plugin: str, cli: str, journey: Any
 ) -> None:
-    """A coding agent (its scripted CLI, and the real CLI when it can be installed) behind a
-    pipeline: a message sent while it answers is claimed by the running run and answered by the same
-    agent process, each with its own reply; nothing is dropped and no process survives the run."""
-    journey(plugin, "follow_up" if cli == "fake" else "follow_up_real_cli")
+    """A coding agent's real CLI (when npm can install it) behind a pipeline: a message sent while
+    it answers is claimed by the running run and answered by the same agent process, each with its
+    own reply; nothing is dropped and no process survives the run."""
+    journey(plugin, "follow_up_real_cli")
     from tests.fakes.model_api import FakeModelAPI
 
     info = coding_plugins[plugin]
@@ -312,25 +312,9 @@ def test_coding_agent_answers_a_follow_up_in_the_same_live_process(
     bodies = [json.dumps(r.body, ensure_ascii=False) for r in requests]
     assert any("second question" in b and "first question" in b for b in bodies), \
         "the follow-up went to the same agent session (its history holds the first question)"
-    if cli == "fake":
-        pids = [int(r.headers["x-fake-agent-pid"]) for r in requests if "x-fake-agent-pid" in r.headers]
-        assert len(pids) >= 2 and len(set(pids)) == 1, pids
     inputs = json.dumps(run_inputs(host, run["run_id"]))
     assert "steering.injected" in inputs and "steering.dropped" not in inputs
     events = [e["type"] for e in host.run_events(run["run_id"])]
     assert events.count("message.completed") == 2 and events[-1] == "run.completed", events
-    wait_for("every process working in the agent's workspace to end", lambda: not _working_in(workspace), 10,
+    wait_for("every process working in the agent's workspace to end", lambda: not working_in(workspace), 10,
              interval=0.2)
-
-
-def _working_in(directory: Path) -> list[int]:
-    """Pids whose working directory is ``directory`` or below (orphaned tool shells included)."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            cwd = Path(os.readlink(entry / "cwd"))
-        except OSError:
-            continue
-        if cwd == directory or directory in cwd.parents:
-            found.append(int(entry.name))
-    return found

@@ -31,8 +31,11 @@ from tests.e2e.harness import (
     Host,
     assert_partial_answer_kept,
     recorded_failure,
+    run_inputs,
     timing,
     wait_for,
+    working_in,
+    ws_conversation,
     ws_turns,
 )
 
@@ -281,3 +284,29 @@ def test_cancel(case: PluginCase, server: Any, host: Host, check: None) -> None:
     took = time.monotonic() - started
     timing(case.plugin, cancel=took)
     assert took < 8, f"the upstream answer was not stopped early ({took:.1f}s; it lasts 10 s)"
+
+
+def test_follow_up(case: PluginCase, server: Any, host: Host, check: None, tmp_path: Path) -> None:
+    """A message sent while a steering runner (a coding agent) answers is claimed by the running run
+    and answered in it by the same agent process, each with its own reply; nothing is dropped, and
+    no process is left working in the agent's workspace afterwards."""
+    plugin = find(case.plugin)
+    if not plugin.capabilities.get("steering"):
+        pytest.skip(f"{case.plugin} does not declare steering: a message sent during a run gets its own run")
+    case.answer(server, ["Working ", "on ", "it ", "now."], 0.6)
+    workspace = tmp_path / "workspace"
+    pipeline = host.create_pipeline(_name(case, "steer"), _config(case, server, workspace=str(workspace)),
+                                    plugin.runner_id)
+    chat = ws_conversation(host, pipeline, [(0.0, "first question"), (1.2, "second question")], timeout=90)
+    shown = [r["content"] for r in chat.shown()]
+    run = host.finished_run(chat.conversation_id)
+    assert run["status"] == "completed", run
+    assert len(host.runs(chat.conversation_id)) == 1, "the follow-up started a run of its own"
+    assert shown == ["Working on it now.", "Working on it now."], shown
+    inputs = json.dumps(run_inputs(host, run["run_id"]))
+    assert "steering.injected" in inputs and "steering.dropped" not in inputs, inputs
+    if case.agent_pids is not None:
+        pids = case.agent_pids(server)
+        assert len(pids) >= 2 and len(set(pids)) == 1, f"both turns in one live agent process: {pids}"
+    wait_for("every process working in the agent's workspace to end", lambda: not working_in(workspace), 10,
+             interval=0.2)
