@@ -16,6 +16,7 @@ plugin x check table (conftest.py) is printed at the end of the run.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import time
 import uuid
@@ -32,6 +33,7 @@ from tests.e2e.harness import (
     assert_partial_answer_kept,
     recorded_failure,
     run_inputs,
+    say,
     timing,
     wait_for,
     working_in,
@@ -194,6 +196,9 @@ def test_wrong_key(case: PluginCase, server: Any, host: Host, check: None) -> No
     body = resp.json()
     assert body["code"] == "upstream.auth", body
     assert wrong not in resp.text and case.key not in resp.text
+    # what the debug panel shows the owner: the credential was refused, and what to change
+    assert re.search(r"key|token|credential|auth", body["msg"], re.IGNORECASE), body
+    say(f"{case.plugin} wrong key: {body['msg']}")
 
 
 def test_session_gone(case: PluginCase, server: Any, host: Host, check: None) -> None:
