@@ -39,6 +39,7 @@ PARK_GRACE = 5.0  # after a parked question timed out: how long the agent gets t
 MEMORY_SUFFIX = ".approvals"  # conversation state: {"session": <agent session>, "allow": [scopes]}
 PENDING_SUFFIX = ".pending-question"  # conversation state: the question a parked agent waits on
 
+MAX_CHOICES = 20  # a question with up to this many options is asked with one button an option
 ALLOW, ALWAYS, DENY, ANSWER = "allow", "always", "deny", "answer"
 ACTIONS = {ALLOW: "Allow once", ALWAYS: "Allow for this session", DENY: "Deny"}
 
@@ -112,9 +113,9 @@ def parse_answer(text: str, question: Question) -> Decision | None:
         return None
     low = _norm(raw)
     if question.kind == "question":
-        for i, opt in enumerate(question.options, 1):
-            if low in (str(i), _norm(opt.value), _norm(opt.label)):
-                return Decision(allow=True, answer=opt.value)
+        picked = pick(raw, question.options)
+        if picked is not None:
+            return Decision(allow=True, answer=picked)
         if question.free_text:
             return Decision(allow=True, answer=raw)
         return None
@@ -133,8 +134,9 @@ def parse_answer(text: str, question: Question) -> Decision | None:
     return None
 
 
-def from_submission(submission: Any, question: Question) -> Decision | None:
-    """A button or form answer (``ctx.input.interaction``) to ``question``."""
+def from_submission(submission: Any, question: Question, *, field: str = "answer") -> Decision | None:
+    """A button or form answer (``ctx.input.interaction``) to ``question``; ``field`` is the id of
+    the text field it was asked with (see :func:`interaction_request`), ``answer`` is also read."""
     action = getattr(submission, "action_id", None)
     values = getattr(submission, "values", None) or {}
     if question.kind == "question":
@@ -142,9 +144,11 @@ def from_submission(submission: Any, question: Question) -> Decision | None:
             i = int(action[4:])
             if 0 <= i < len(question.options):
                 return Decision(allow=True, answer=question.options[i].value)
-        value = values.get("answer")
-        if isinstance(value, str) and value.strip():
-            return Decision(allow=True, answer=value.strip())
+        if 0 < len(question.options) <= MAX_CHOICES:
+            return None  # asked with buttons: only a button answers it
+        value = values.get(field, values.get("answer"))
+        if isinstance(value, (str, int, float)) and str(value).strip():
+            return Decision(allow=True, answer=str(value).strip())
         return None
     if action in (ALLOW, ALWAYS, DENY):
         return Decision(allow=action != DENY, always=action == ALWAYS)
@@ -178,9 +182,11 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def interaction_request(agent: str, q: Question, expires_at: float | None, caps: Any) -> dict[str, Any]:
+def interaction_request(agent: str, q: Question, expires_at: float | None, caps: Any, *,
+                        field: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``InteractionRequest`` for ``q``: buttons (actions only), or one text field; every
-    platform renders one of the two (interactions.md §3)."""
+    platform renders one of the two (interactions.md §3). ``field`` is that one field when the
+    platform's own (its id, label, type, default) should be kept; by default a textarea ``answer``."""
     request: dict[str, Any] = {
         "interaction_id": q.id,
         "title": (f"{agent} asks" if q.kind == "question" else f"{agent} asks for permission")[:1000],
@@ -199,13 +205,13 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
         request["actions"] = [{"id": ALLOW, "label": ACTIONS[ALLOW], "style": style("primary")},
                               {"id": ALWAYS, "label": ACTIONS[ALWAYS], "style": style("default")},
                               {"id": DENY, "label": ACTIONS[DENY], "style": style("danger")}]
-    elif q.options and len(q.options) <= 20:
+    elif q.options and len(q.options) <= MAX_CHOICES:
         request["kind"] = "choice"
         request["actions"] = [{"id": f"opt-{i}", "label": opt.label[:200] or opt.value[:200], "style": "default"}
                               for i, opt in enumerate(q.options)]
     else:
         request["kind"] = "form"
-        request["fields"] = [{"id": "answer", "label": "Answer", "type": "textarea", "required": True}]
+        request["fields"] = [field or {"id": "answer", "label": "Answer", "type": "textarea", "required": True}]
     return request
 
 
@@ -527,14 +533,15 @@ def _coerce(raw: str, spec: dict[str, Any]) -> Any:
         return value
     if kind == "array":
         parts = [p for p in re.split(r"[,，、\n]", raw) if p.strip()]
-        picked = [_pick(p, choices) if choices else p.strip() for p in parts]
+        picked = [pick(p, choices) if choices else p.strip() for p in parts]
         return picked if picked and all(p is not None for p in picked) else None
     if choices:
-        return _pick(raw, choices)
+        return pick(raw, choices)
     return raw if raw else None
 
 
-def _pick(raw: str, choices: list[Option]) -> str | None:
+def pick(raw: str, choices: list[Option]) -> str | None:
+    """The value of the choice ``raw`` names: by its number (from 1), its value or its label."""
     low = _norm(raw)
     for i, opt in enumerate(choices, 1):
         if low in (str(i), _norm(opt.value), _norm(opt.label)):
