@@ -433,14 +433,9 @@ class SchemaForm:
             name, spec = self.props[0]
             value = _coerce(raw, spec)
             return {name: value} if value is not None else f"{name}: {_expects(spec)}"
-        values: dict[str, str] = {}
         names: dict[str, str] = {_norm(n): n for n, _ in self.props}
         names.update({_norm(str(s.get("title") or n)): n for n, s in self.props})
-        for line in raw.splitlines():
-            key, sep, rest = line.replace("：", ":").partition(":")
-            named = names.get(_norm(key)) if sep else None
-            if named is not None:
-                values[named] = rest.strip()
+        values = {name: lines[0] for name, lines in read_lines(raw, names) if name is not None}
         out: dict[str, Any] = {}
         problems = []
         for name, spec in self.props:
@@ -462,6 +457,32 @@ class SchemaForm:
         asked = Question(title=q.title, detail=detail[:1500], kind="question", options=list(q.options),
                          free_text=q.free_text)
         return SchemaForm(self.message, self.props, self.required, asked)
+
+
+_KEY_LINE = re.compile(r"\s*([^:：=\n]{1,64}?)\s*[:：=]\s*(.*)$")
+
+
+def read_lines(raw: str, names: dict[str, str]) -> list[tuple[str | None, list[str]]]:
+    """A typed reply of ``name: value`` lines (``：`` and ``=`` separate too) cut where a line names
+    a field: ``(field, [its value, the lines after it that name none])``, in order, the first with
+    field None when lines come before any name. ``names`` maps a key, as :func:`norm` leaves it, to
+    the field it names; a line naming something else goes on the one before."""
+    out: list[tuple[str | None, list[str]]] = []
+    for line in raw.splitlines():
+        m = _KEY_LINE.match(line)
+        named = names.get(_norm(m.group(1))) if m else None
+        if named is not None:
+            out.append((named, [m.group(2).strip()]))
+        elif out:
+            out[-1][1].append(line)
+        else:
+            out.append((None, [line]))
+    return out
+
+
+def norm(text: str) -> str:
+    """``text`` as answers are compared: lower case, single spaces, no trailing punctuation."""
+    return _norm(text)
 
 
 def schema_form(message: str, schema: dict[str, Any]) -> SchemaForm:

@@ -21,6 +21,12 @@ How the chat is asked (InteractionRequest: actions only, or exactly one field):
 - ``typed``: anything else: the question lists the inputs and the actions, the answer is typed
   (``name: value`` lines and ``action: <number or name>``).
 Every mode also takes a typed reply in the next message.
+
+The kit's question machinery (``runner_kit.approvals``) does the asking and the reading: ``choice``
+and ``field`` are a kit :class:`Question` (``interaction_request`` / ``from_submission``, the field
+keeping the input's name), a number or a name is matched with ``pick``, and ``name: value`` lines
+are cut with ``read_lines``. What stays here is Dify's side: the form's shapes, its action ids on
+the ``actions`` buttons, and what a typed form needs before it can be submitted.
 """
 
 from __future__ import annotations
@@ -35,14 +41,9 @@ from runner_kit.approvals import Option, Question
 TEXT_TYPES = ("paragraph", "text_input", "text-input", "text")
 FILE_TYPES = ("file", "file-list")
 _OUTPUT_VAR = re.compile(r"\{\{#\$output\.([A-Za-z0-9_]+)#\}\}")
-_TRAILING = " \t\r\n.!?。！？~"
 _ACTION_KEYS = ("action", "操作", "选择")
-_KEY_LINE = re.compile(r"\s*([^:：=\n]{1,64}?)\s*[:：=]\s*(.*)$")
-MAX_BUTTONS = 20
-
-
-def _norm(text: str) -> str:
-    return " ".join(str(text).strip().lower().split()).strip(_TRAILING)
+_ACTION = "\x00action"  # what an action key names in a typed reply (no input is called that)
+MAX_BUTTONS = ap.MAX_CHOICES
 
 
 @dataclass(slots=True)
@@ -253,24 +254,19 @@ class Form:
         return ap.pick(raw, [Option(value=a["id"], label=a["title"]) for a in self.actions])
 
     def _parse_lines(self, raw: str) -> tuple[str, dict[str, Any]] | str | None:
-        by_key = {_norm(i.name): i for i in self.answerable}
-        by_key.update({_norm(i.name.replace("_", " ")): i for i in self.answerable})
+        names = {ap.norm(k): i.name for i in self.answerable for k in (i.name, i.name.replace("_", " "))}
+        names.update({k: _ACTION for k in _ACTION_KEYS})
         values: dict[str, list[str]] = {}
         action_text: str | None = None
         loose: list[str] = []
-        current: str | None = None
-        for line in raw.splitlines():
-            m = _KEY_LINE.match(line)
-            k, rest = (_norm(m.group(1)), m.group(2)) if m else ("", line)
-            if m and k in _ACTION_KEYS:
-                action_text, current = rest.strip(), None
-            elif m and k in by_key:
-                current = by_key[k].name
-                values[current] = [rest.strip()]
-            elif current is not None:
-                values[current].append(line)
+        for name, lines in ap.read_lines(raw, names):
+            if name == _ACTION:
+                action_text = lines[0]
+                loose += lines[1:]  # an action is one line
+            elif name is None:
+                loose += lines
             else:
-                loose.append(line)
+                values[name] = lines
         texts = [i for i in self.answerable if not i.is_select]
         if not values and action_text is None:
             return None  # no field was named: this is not an answer to the form

@@ -346,3 +346,14 @@ def test_a_schema_form_with_several_fields_takes_lines_and_names_what_is_missing
     again = form.again("missing or not understood: name (text)")
     assert "(missing or not understood: name (text))" in again.question.detail
     assert again.question.id != form.question.id
+
+
+def test_read_lines_cuts_a_reply_where_a_line_names_a_field():
+    names = {"comment": "comment", "action": "act"}
+    got = ap.read_lines("hello\nComment： fine\nsecond line\nnote: kept\naction = 2", names)
+    assert got == [(None, ["hello"]), ("comment", ["fine", "second line", "note: kept"]), ("act", ["2"])]
+    assert ap.read_lines("", names) == [] and ap.read_lines("no names here", names) == [(None, ["no names here"])]
+    assert ap.norm("  Request   Changes! ") == "request changes"
+    form = ap.schema_form("Details", {"properties": {"name": {"type": "string"}, "age": {"type": "number"}}})
+    assert form.content("name = Ada\nage: 36\nthanks") == {"name": "Ada", "age": 36.0}
+
