@@ -39,6 +39,7 @@ PARK_GRACE = 5.0  # after a parked question timed out: how long the agent gets t
 MEMORY_SUFFIX = ".approvals"  # conversation state: {"session": <agent session>, "allow": [scopes]}
 PENDING_SUFFIX = ".pending-question"  # conversation state: the question a parked agent waits on
 
+MAX_CHOICES = 20  # a question with up to this many options is asked with one button an option
 ALLOW, ALWAYS, DENY, ANSWER = "allow", "always", "deny", "answer"
 ACTIONS = {ALLOW: "Allow once", ALWAYS: "Allow for this session", DENY: "Deny"}
 
@@ -112,9 +113,9 @@ def parse_answer(text: str, question: Question) -> Decision | None:
         return None
     low = _norm(raw)
     if question.kind == "question":
-        for i, opt in enumerate(question.options, 1):
-            if low in (str(i), _norm(opt.value), _norm(opt.label)):
-                return Decision(allow=True, answer=opt.value)
+        picked = pick(raw, question.options)
+        if picked is not None:
+            return Decision(allow=True, answer=picked)
         if question.free_text:
             return Decision(allow=True, answer=raw)
         return None
@@ -133,8 +134,9 @@ def parse_answer(text: str, question: Question) -> Decision | None:
     return None
 
 
-def from_submission(submission: Any, question: Question) -> Decision | None:
-    """A button or form answer (``ctx.input.interaction``) to ``question``."""
+def from_submission(submission: Any, question: Question, *, field: str = "answer") -> Decision | None:
+    """A button or form answer (``ctx.input.interaction``) to ``question``; ``field`` is the id of
+    the text field it was asked with (see :func:`interaction_request`), ``answer`` is also read."""
     action = getattr(submission, "action_id", None)
     values = getattr(submission, "values", None) or {}
     if question.kind == "question":
@@ -142,9 +144,11 @@ def from_submission(submission: Any, question: Question) -> Decision | None:
             i = int(action[4:])
             if 0 <= i < len(question.options):
                 return Decision(allow=True, answer=question.options[i].value)
-        value = values.get("answer")
-        if isinstance(value, str) and value.strip():
-            return Decision(allow=True, answer=value.strip())
+        if 0 < len(question.options) <= MAX_CHOICES:
+            return None  # asked with buttons: only a button answers it
+        value = values.get(field, values.get("answer"))
+        if isinstance(value, (str, int, float)) and str(value).strip():
+            return Decision(allow=True, answer=str(value).strip())
         return None
     if action in (ALLOW, ALWAYS, DENY):
         return Decision(allow=action != DENY, always=action == ALWAYS)
@@ -178,9 +182,11 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
     return "\n".join(lines)
 
 
-def interaction_request(agent: str, q: Question, expires_at: float | None, caps: Any) -> dict[str, Any]:
+def interaction_request(agent: str, q: Question, expires_at: float | None, caps: Any, *,
+                        field: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``InteractionRequest`` for ``q``: buttons (actions only), or one text field; every
-    platform renders one of the two (interactions.md §3)."""
+    platform renders one of the two (interactions.md §3). ``field`` is that one field when the
+    platform's own (its id, label, type, default) should be kept; by default a textarea ``answer``."""
     request: dict[str, Any] = {
         "interaction_id": q.id,
         "title": (f"{agent} asks" if q.kind == "question" else f"{agent} asks for permission")[:1000],
@@ -199,13 +205,13 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
         request["actions"] = [{"id": ALLOW, "label": ACTIONS[ALLOW], "style": style("primary")},
                               {"id": ALWAYS, "label": ACTIONS[ALWAYS], "style": style("default")},
                               {"id": DENY, "label": ACTIONS[DENY], "style": style("danger")}]
-    elif q.options and len(q.options) <= 20:
+    elif q.options and len(q.options) <= MAX_CHOICES:
         request["kind"] = "choice"
         request["actions"] = [{"id": f"opt-{i}", "label": opt.label[:200] or opt.value[:200], "style": "default"}
                               for i, opt in enumerate(q.options)]
     else:
         request["kind"] = "form"
-        request["fields"] = [{"id": "answer", "label": "Answer", "type": "textarea", "required": True}]
+        request["fields"] = [field or {"id": "answer", "label": "Answer", "type": "textarea", "required": True}]
     return request
 
 
@@ -427,14 +433,9 @@ class SchemaForm:
             name, spec = self.props[0]
             value = _coerce(raw, spec)
             return {name: value} if value is not None else f"{name}: {_expects(spec)}"
-        values: dict[str, str] = {}
         names: dict[str, str] = {_norm(n): n for n, _ in self.props}
         names.update({_norm(str(s.get("title") or n)): n for n, s in self.props})
-        for line in raw.splitlines():
-            key, sep, rest = line.replace("：", ":").partition(":")
-            named = names.get(_norm(key)) if sep else None
-            if named is not None:
-                values[named] = rest.strip()
+        values = {name: lines[0] for name, lines in read_lines(raw, names) if name is not None}
         out: dict[str, Any] = {}
         problems = []
         for name, spec in self.props:
@@ -456,6 +457,32 @@ class SchemaForm:
         asked = Question(title=q.title, detail=detail[:1500], kind="question", options=list(q.options),
                          free_text=q.free_text)
         return SchemaForm(self.message, self.props, self.required, asked)
+
+
+_KEY_LINE = re.compile(r"\s*([^:：=\n]{1,64}?)\s*[:：=]\s*(.*)$")
+
+
+def read_lines(raw: str, names: dict[str, str]) -> list[tuple[str | None, list[str]]]:
+    """A typed reply of ``name: value`` lines (``：`` and ``=`` separate too) cut where a line names
+    a field: ``(field, [its value, the lines after it that name none])``, in order, the first with
+    field None when lines come before any name. ``names`` maps a key, as :func:`norm` leaves it, to
+    the field it names; a line naming something else goes on the one before."""
+    out: list[tuple[str | None, list[str]]] = []
+    for line in raw.splitlines():
+        m = _KEY_LINE.match(line)
+        named = names.get(_norm(m.group(1))) if m else None
+        if named is not None:
+            out.append((named, [m.group(2).strip()]))
+        elif out:
+            out[-1][1].append(line)
+        else:
+            out.append((None, [line]))
+    return out
+
+
+def norm(text: str) -> str:
+    """``text`` as answers are compared: lower case, single spaces, no trailing punctuation."""
+    return _norm(text)
 
 
 def schema_form(message: str, schema: dict[str, Any]) -> SchemaForm:
@@ -527,14 +554,15 @@ def _coerce(raw: str, spec: dict[str, Any]) -> Any:
         return value
     if kind == "array":
         parts = [p for p in re.split(r"[,，、\n]", raw) if p.strip()]
-        picked = [_pick(p, choices) if choices else p.strip() for p in parts]
+        picked = [pick(p, choices) if choices else p.strip() for p in parts]
         return picked if picked and all(p is not None for p in picked) else None
     if choices:
-        return _pick(raw, choices)
+        return pick(raw, choices)
     return raw if raw else None
 
 
-def _pick(raw: str, choices: list[Option]) -> str | None:
+def pick(raw: str, choices: list[Option]) -> str | None:
+    """The value of the choice ``raw`` names: by its number (from 1), its value or its label."""
     low = _norm(raw)
     for i, opt in enumerate(choices, 1):
         if low in (str(i), _norm(opt.value), _norm(opt.label)):

@@ -48,6 +48,7 @@ from typing import Any
 from . import events as ev
 from .approvals import Gate, actor_of, approvers
 from .logs import get_logger
+from .wire import as_float
 
 log = get_logger("runner_kit.pending")
 
@@ -149,7 +150,7 @@ class PendingAction:
         What = what[:1].upper() + what[1:]
         actor, actor_name = actor_of(ctx)
         who = actor_name or actor or "someone"
-        expires = _float(rec.get("expires_at"))
+        expires = as_float(rec.get("expires_at"))
         if expires is not None and time.time() >= expires:
             log.info("%s: %s expired without an answer", self.noun, rec["id"])
             if submission is not None:
@@ -178,13 +179,6 @@ class PendingAction:
         log.info("%s: %s answered by %s (%s)", self.noun, rec["id"], who,
                  "a click" if submission is not None else "a typed reply")
         return Resolution(answer=answer, record=rec)
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(value) if value not in (None, "") else None
-    except (TypeError, ValueError):
-        return None
 
 
 def _str(value: Any) -> str | None:

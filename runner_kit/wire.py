@@ -42,6 +42,15 @@ def maybe_json(value: Any) -> Any:
     return value
 
 
+def as_float(value: Any) -> float | None:
+    """A number a payload may send as a number or a string (an expiry, a timestamp); None when it is
+    missing or not a number."""
+    try:
+        return float(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
 def tool_input(raw: Any) -> dict[str, Any]:
     """A tool call's parameters as a dict (a JSON string is parsed; anything else is wrapped)."""
     value = maybe_json(raw) if raw not in (None, "") else {}

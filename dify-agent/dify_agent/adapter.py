@@ -30,7 +30,7 @@ from runner_kit.logs import get_logger
 from runner_kit.pending import Incomplete, PendingAction
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
-from runner_kit.wire import json_object, maybe_json, open_answer, sse_objects, tool_input
+from runner_kit.wire import as_float, json_object, maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, conversation_missing, error_fields, map_error, parse_envelope
@@ -359,7 +359,7 @@ class DifyAdapter(Adapter):
                  form.title[:80], form.mode, len(form.inputs), len(form.actions))
         return self.pending.ask(
             record, text=("\n\n" if st.text_seen else "") + form.question_text(self.platform),
-            expires_at=_float(data.get("expiration_time")),
+            expires_at=as_float(data.get("expiration_time")),
             request=lambda caps, expires: form.request(record["id"], self.platform, expires, caps),
         )
 
@@ -470,13 +470,6 @@ class _StreamState:
         self.step_start = 0  # agent_len when that step's text began (the previous step's last thought)
         self.thoughts: dict[str, dict[str, Any]] = {}
         self.usage_seen = False
-
-
-def _float(value: Any) -> float | None:
-    try:
-        return float(value) if value not in (None, "") else None
-    except (TypeError, ValueError):
-        return None
 
 
 def _not_taken(title: str, exc: RunnerError) -> RunnerError:

@@ -21,6 +21,12 @@ How the chat is asked (InteractionRequest: actions only, or exactly one field):
 - ``typed``: anything else: the question lists the inputs and the actions, the answer is typed
   (``name: value`` lines and ``action: <number or name>``).
 Every mode also takes a typed reply in the next message.
+
+The kit's question machinery (``runner_kit.approvals``) does the asking and the reading: ``choice``
+and ``field`` are a kit :class:`Question` (``interaction_request`` / ``from_submission``, the field
+keeping the input's name), a number or a name is matched with ``pick``, and ``name: value`` lines
+are cut with ``read_lines``. What stays here is Dify's side: the form's shapes, its action ids on
+the ``actions`` buttons, and what a typed form needs before it can be submitted.
 """
 
 from __future__ import annotations
@@ -29,17 +35,15 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from runner_kit import approvals as ap
+from runner_kit.approvals import Option, Question
+
 TEXT_TYPES = ("paragraph", "text_input", "text-input", "text")
 FILE_TYPES = ("file", "file-list")
 _OUTPUT_VAR = re.compile(r"\{\{#\$output\.([A-Za-z0-9_]+)#\}\}")
-_TRAILING = " \t\r\n.!?。！？~"
 _ACTION_KEYS = ("action", "操作", "选择")
-_KEY_LINE = re.compile(r"\s*([^:：=\n]{1,64}?)\s*[:：=]\s*(.*)$")
-MAX_BUTTONS = 20
-
-
-def _norm(text: str) -> str:
-    return " ".join(str(text).strip().lower().split()).strip(_TRAILING)
+_ACTION = "\x00action"  # what an action key names in a typed reply (no input is called that)
+MAX_BUTTONS = ap.MAX_CHOICES
 
 
 @dataclass(slots=True)
@@ -161,68 +165,74 @@ class Form:
             lines.extend("  " + e for e in example)
         return "\n".join(lines)
 
+    def question(self) -> Question:
+        """The kit's question for a ``choice`` or ``field`` form (its one input's options, or a free answer)."""
+        only = self.inputs[0] if self.inputs else None
+        if self.mode == "choice" and only is not None:
+            return Question(title=self.title, detail=self.content, kind="question", options=_options(only),
+                            free_text=False)
+        return Question(title=self.title, detail=self.content, kind="question")
+
     def request(self, interaction_id: str, platform: str, expires_at: int | None, caps: Any) -> dict[str, Any] | None:
-        """The InteractionRequest, or None when the form can only be answered by typing."""
-        req: dict[str, Any] = {
+        """The InteractionRequest, or None when the form can only be answered by typing. The
+        ``actions`` buttons carry Dify's action ids; a ``choice`` or ``field`` form is asked as the
+        kit asks a question (``opt-<i>`` buttons, or one text field named after the input)."""
+        if self.mode == "actions":
+            styles = set(getattr(caps, "action_styles", None) or ["default", "primary", "danger"])
+            req: dict[str, Any] = {
+                "kind": "confirmation" if len(self.actions) <= 3 else "choice",
+                "actions": [{"id": a["id"], "label": a["title"][:512] or a["id"],
+                             "style": _style(a.get("style", ""), styles)} for a in self.actions],
+            }
+        elif self.mode == "choice":
+            req = ap.interaction_request(platform, self.question(), expires_at, caps)
+        elif self.mode == "field":
+            fld = self._field(caps)
+            if fld is None:
+                return None
+            req = ap.interaction_request(platform, self.question(), expires_at, caps, field=fld)
+        else:
+            return None
+        req.update({
             "interaction_id": interaction_id,
             "title": f"{platform}: {self.title}"[:1000],
             "description": (self.content or self.title)[:10000],
             "fallback_text": self.question_text(platform)[:20000],
-        }
+        })
         if expires_at is not None:
             req["expires_at"] = int(expires_at)
-        styles = set(getattr(caps, "action_styles", None) or ["default", "primary", "danger"])
-        if self.mode == "actions":
-            req["kind"] = "confirmation" if len(self.actions) <= 3 else "choice"
-            req["actions"] = [{"id": a["id"], "label": a["title"][:512] or a["id"],
-                               "style": _style(a.get("style", ""), styles)} for a in self.actions]
-            return req
-        if self.mode == "choice":
-            req["kind"] = "choice"
-            req["actions"] = [{"id": f"opt-{n}", "label": o[:512], "style": "default"}
-                              for n, o in enumerate(self.inputs[0].options)]
-            return req
-        if self.mode == "field":
-            types = list(getattr(caps, "field_types", None) or [])
-            max_fields = getattr(caps, "max_fields", None)
-            if max_fields == 0:
-                return None
-            only = self.inputs[0]
-            kind = "textarea" if only.type == "paragraph" else "text"
-            if types and kind not in types:
-                kind = "text" if "text" in types else "textarea" if "textarea" in types else ""
-            if not kind:
-                return None
-            req["kind"] = "form"
-            fld: dict[str, Any] = {"id": only.name[:128], "label": only.name[:512], "type": kind, "required": True}
-            if only.default:
-                fld["default"] = only.default
-            req["fields"] = [fld]
-            return req
-        return None
+        return req
+
+    def _field(self, caps: Any) -> dict[str, Any] | None:
+        """The one text field of a ``field`` form, of a type the platform renders (None: none)."""
+        types = list(getattr(caps, "field_types", None) or [])
+        if getattr(caps, "max_fields", None) == 0:
+            return None
+        only = self.inputs[0]
+        kind = "textarea" if only.type == "paragraph" else "text"
+        if types and kind not in types:
+            kind = "text" if "text" in types else "textarea" if "textarea" in types else ""
+        if not kind:
+            return None
+        fld: dict[str, Any] = {"id": only.name[:128], "label": only.name[:512], "type": kind, "required": True}
+        if only.default:
+            fld["default"] = only.default
+        return fld
 
     # --- answers ---------------------------------------------------------------------------------
 
     def from_submission(self, submission: Any) -> tuple[str, dict[str, Any]] | None:
         """A click or a submitted field: ``(action id, inputs)``."""
-        action = getattr(submission, "action_id", None)
-        values = getattr(submission, "values", None) or {}
         if self.mode == "actions":
-            if any(a["id"] == action for a in self.actions):
-                return str(action), {}
+            action = getattr(submission, "action_id", None)
+            return (str(action), {}) if any(a["id"] == action for a in self.actions) else None
+        if self.mode not in ("choice", "field"):
             return None
-        if self.mode == "choice":
-            opts = self.inputs[0].options
-            if action and action.startswith("opt-") and action[4:].isdigit() and int(action[4:]) < len(opts):
-                return self.actions[0]["id"], {self.inputs[0].name: opts[int(action[4:])]}
+        only = self.inputs[0]
+        d = ap.from_submission(submission, self.question(), field=only.name)
+        if d is None or d.answer is None:
             return None
-        if self.mode == "field":
-            only = self.inputs[0]
-            value = values.get(only.name, values.get("answer"))
-            if isinstance(value, (str, int, float)) and str(value).strip():
-                return self.actions[0]["id"], {only.name: str(value).strip()}
-            return None
-        return None
+        return self.actions[0]["id"], {only.name: d.answer}
 
     def parse_reply(self, text: str) -> tuple[str, dict[str, Any]] | str | None:
         """A typed reply: ``(action id, inputs)``; a string saying what is missing when it looks like
@@ -234,38 +244,29 @@ class Form:
             action = self._action(raw)
             return (action, {}) if action else None
         if self.mode == "choice":
-            value = _option(self.inputs[0], raw)
+            value = ap.pick(raw, _options(self.inputs[0]))
             return (self.actions[0]["id"], {self.inputs[0].name: value}) if value is not None else None
         if self.mode == "field":
             return self.actions[0]["id"], {self.inputs[0].name: raw}
         return self._parse_lines(raw)
 
     def _action(self, raw: str) -> str | None:
-        low = _norm(raw)
-        for n, a in enumerate(self.actions, 1):
-            if low in (str(n), _norm(a["id"]), _norm(a["title"])):
-                return a["id"]
-        return None
+        return ap.pick(raw, [Option(value=a["id"], label=a["title"]) for a in self.actions])
 
     def _parse_lines(self, raw: str) -> tuple[str, dict[str, Any]] | str | None:
-        by_key = {_norm(i.name): i for i in self.answerable}
-        by_key.update({_norm(i.name.replace("_", " ")): i for i in self.answerable})
+        names = {ap.norm(k): i.name for i in self.answerable for k in (i.name, i.name.replace("_", " "))}
+        names.update({k: _ACTION for k in _ACTION_KEYS})
         values: dict[str, list[str]] = {}
         action_text: str | None = None
         loose: list[str] = []
-        current: str | None = None
-        for line in raw.splitlines():
-            m = _KEY_LINE.match(line)
-            k, rest = (_norm(m.group(1)), m.group(2)) if m else ("", line)
-            if m and k in _ACTION_KEYS:
-                action_text, current = rest.strip(), None
-            elif m and k in by_key:
-                current = by_key[k].name
-                values[current] = [rest.strip()]
-            elif current is not None:
-                values[current].append(line)
+        for name, lines in ap.read_lines(raw, names):
+            if name == _ACTION:
+                action_text = lines[0]
+                loose += lines[1:]  # an action is one line
+            elif name is None:
+                loose += lines
             else:
-                loose.append(line)
+                values[name] = lines
         texts = [i for i in self.answerable if not i.is_select]
         if not values and action_text is None:
             return None  # no field was named: this is not an answer to the form
@@ -276,7 +277,7 @@ class Form:
         for i in self.answerable:
             got = "\n".join(values.get(i.name, [])).strip()
             if i.is_select:
-                value = _option(i, got) if got else None
+                value = ap.pick(got, _options(i)) if got else None
                 if value is None:
                     problems.append(f"{i.name} (one of {' / '.join(i.options)})")
                 else:
@@ -296,12 +297,8 @@ class Form:
         return str(action), inputs
 
 
-def _option(i: Input, raw: str) -> str | None:
-    low = _norm(raw)
-    for n, o in enumerate(i.options, 1):
-        if low in (str(n), _norm(o)):
-            return o
-    return None
+def _options(i: Input) -> list[Option]:
+    return [Option(value=o, label=o) for o in i.options]
 
 
 def _style(dify_style: str, styles: set[str]) -> str:

@@ -106,6 +106,37 @@ def test_interaction_request_is_buttons_or_one_field_and_valid_for_the_sdk():
     InteractionRequest.model_validate(free)
 
 
+def test_pick_names_a_choice_by_number_value_or_label():
+    choices = [ap.Option("approve", "Approve it"), ap.Option("reject", "Request changes")]
+    assert ap.pick("2", choices) == "reject" and ap.pick(" Approve it! ", choices) == "approve"
+    assert ap.pick("REJECT", choices) == "reject"
+    assert ap.pick("3", choices) is None and ap.pick("maybe", choices) is None
+
+
+def test_a_question_can_be_asked_with_the_platforms_own_field():
+    from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest
+
+    q = ap.Question(title="Your comment", kind="question")
+    fld = {"id": "comment", "label": "comment", "type": "text", "required": True, "default": "ok"}
+    req = ap.interaction_request("Dify", q, None, None, field=fld)
+    assert req["kind"] == "form" and req["fields"] == [fld]
+    InteractionRequest.model_validate(req)
+    sub = type("Sub", (), {})
+    sub.action_id, sub.values = None, {"comment": " Looks good "}
+    assert ap.from_submission(sub, q, field="comment").answer == "Looks good"
+    sub.values = {"answer": "typed into the default field"}
+    assert ap.from_submission(sub, q, field="comment").answer == "typed into the default field"
+    sub.values = {"comment": 42}
+    assert ap.from_submission(sub, q, field="comment").answer == "42"
+    sub.values = {"comment": "  "}
+    assert ap.from_submission(sub, q, field="comment") is None
+    choice = ap.Question(title="Pick", kind="question", options=[ap.Option("a", "A"), ap.Option("b", "B")])
+    sub.values = {"answer": "a"}
+    assert ap.from_submission(sub, choice) is None, "asked with buttons: only a button answers"
+    sub.action_id = "opt-1"
+    assert ap.from_submission(sub, choice).answer == "b"
+
+
 # --- typed answers inside the run ---------------------------------------------------------------
 
 
@@ -315,3 +346,14 @@ def test_a_schema_form_with_several_fields_takes_lines_and_names_what_is_missing
     again = form.again("missing or not understood: name (text)")
     assert "(missing or not understood: name (text))" in again.question.detail
     assert again.question.id != form.question.id
+
+
+def test_read_lines_cuts_a_reply_where_a_line_names_a_field():
+    names = {"comment": "comment", "action": "act"}
+    got = ap.read_lines("hello\nComment： fine\nsecond line\nnote: kept\naction = 2", names)
+    assert got == [(None, ["hello"]), ("comment", ["fine", "second line", "note: kept"]), ("act", ["2"])]
+    assert ap.read_lines("", names) == [] and ap.read_lines("no names here", names) == [(None, ["no names here"])]
+    assert ap.norm("  Request   Changes! ") == "request changes"
+    form = ap.schema_form("Details", {"properties": {"name": {"type": "string"}, "age": {"type": "number"}}})
+    assert form.content("name = Ada\nage: 36\nthanks") == {"name": "Ada", "age": 36.0}
+

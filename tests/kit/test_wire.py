@@ -9,7 +9,7 @@ import pytest
 
 from runner_kit.errors import RunnerError
 from runner_kit.streams import iter_sse
-from runner_kit.wire import cut_off, first_error, json_object, maybe_json, sse_objects, tool_input
+from runner_kit.wire import as_float, cut_off, first_error, json_object, maybe_json, sse_objects, tool_input
 
 
 def test_json_object_only_for_objects():
@@ -17,6 +17,12 @@ def test_json_object_only_for_objects():
     assert json_object('{"a": 1}') == {"a": 1}
     for not_one in (b"[1]", b"<html>", b"{bad", b"", "\xff"):
         assert json_object(not_one) is None
+
+
+def test_as_float_reads_numbers_and_numeric_strings():
+    assert as_float(1700000000) == 1700000000.0 and as_float("12.5") == 12.5
+    assert as_float(None) is None and as_float("") is None
+    assert as_float("soon") is None and as_float({}) is None
 
 
 def test_maybe_json_and_tool_input():

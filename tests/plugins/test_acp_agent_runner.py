@@ -13,8 +13,7 @@ import pytest
 
 import tests.contract.cases  # noqa: F401  (the case module imports from it)
 from runner_kit.process import alive, descendants
-from runners_cli.host import Identity, LocalHost
-from runners_cli.plugins import find
+from runners_cli.host import Identity
 from tests.contract.case_acp_agent_runner import KEY, _Server, config
 from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
 
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "acp-agent-runner")
 from acp_agent_runner import const, policy, providers  # noqa: E402
 from acp_agent_runner.errors import classify  # noqa: E402
 
+PLUGIN = "acp-agent-runner"  # tests/plugins/conftest.py: the host and runner fixtures
 ADVANCED = {"advanced-settings": True}
 
 
@@ -32,11 +32,6 @@ def srv():
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find("acp-agent-runner").runner_id)
 
 
 @pytest.fixture(autouse=True)

@@ -13,8 +13,7 @@ import pytest
 import tests.contract.cases  # noqa: F401  (the case module imports from it)
 from runner_kit import approvals as ap
 from runner_kit.process import alive
-from runners_cli.host import Identity, LocalHost
-from runners_cli.plugins import find
+from runners_cli.host import Identity
 from tests.contract.case_acp_agent_runner import _Server, config
 from tests.helpers import make_runner, messages, rtype, terminal
 from tests.helpers import run_answering as drive
@@ -33,11 +32,6 @@ def srv():
         yield s
     finally:
         s.stop()
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find("acp-agent-runner").runner_id)
 
 
 @pytest.fixture(autouse=True)
@@ -277,6 +271,7 @@ def test_codex_is_launched_asking_in_ask_mode_only():
 
 # --- elicitation: the agent asks the user for input (ACP elicitation/create, form mode) -------------
 
+PLUGIN = "acp-agent-runner"  # tests/plugins/conftest.py: the host and runner fixtures
 BRANCH = {"message": "Which branch should I push?",
           "schema": {"type": "object", "properties": {"branch": {"type": "string", "enum": ["main", "dev"]}},
                      "required": ["branch"]}}

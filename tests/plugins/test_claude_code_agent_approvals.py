@@ -13,8 +13,7 @@ import pytest
 
 from runner_kit import approvals as ap
 from runner_kit.process import alive
-from runners_cli.host import Identity, LocalHost
-from runners_cli.plugins import find
+from runners_cli.host import Identity
 from tests.contract import cases as _cases  # noqa: F401 - loads the case modules in their order
 from tests.contract.case_claude_code_agent import KEY, ClaudeModelAPI, config
 from tests.helpers import make_runner, messages, rtype, terminal
@@ -39,11 +38,6 @@ def api():
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find(PLUGIN).runner_id)
 
 
 @pytest.fixture(autouse=True)

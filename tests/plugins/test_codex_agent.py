@@ -18,7 +18,6 @@ import pytest
 
 from runner_kit.process import alive, descendants
 from runners_cli.host import Identity, LocalHost
-from runners_cli.plugins import find
 from tests.fakes.model_api import FakeModelAPI
 from tests.helpers import (
     deltas,
@@ -76,11 +75,6 @@ def env(tmp_path, monkeypatch):
         yield Env(api, tmp_path)
     left = {p for p in descendants(os.getpid()) if alive(p)}
     assert not left, f"processes left behind: {left}"
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id=find(PLUGIN).runner_id)
 
 
 def logs(results: list[Any]) -> list[str]:

@@ -15,7 +15,7 @@ from runner_kit.process import alive
 from runners_cli.host import Identity
 from tests.helpers import make_runner, messages, rtype, terminal
 from tests.helpers import run_answering as drive
-from tests.plugins.test_codex_agent import env, host  # noqa: F401 - fixtures
+from tests.plugins.test_codex_agent import env  # noqa: F401 - a fixture (host and runner: tests/plugins/conftest.py)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "codex-agent"))
 from codex_agent.policy import Permissions, question_parts  # noqa: E402

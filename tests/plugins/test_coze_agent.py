@@ -10,14 +10,13 @@ import time
 import pytest
 
 from runner_kit.errors import RunnerError
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from runners_cli.plugins import find, load_runner_class
 from tests.fakes.coze import FakeCoze
 from tests.helpers import (
     deltas,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -25,6 +24,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "coze-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "pat_coze_test_token_123456"
 BOT = "7400000000000000123"
 SESSION = stored_key("coze.conversation_id")
@@ -36,16 +36,6 @@ def srv():
     with FakeCoze(api_key=KEY, bot_id=BOT) as s:
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/CozeAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("coze-agent", host)
 
 
 def cfg(srv, **extra):

@@ -8,10 +8,11 @@ import asyncio
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.coze import FakeCoze
-from tests.helpers import failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import failure, final_text, rtype, run, state_updates, terminal
 
+PLUGIN = "coze-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "pat_coze_test_token_123456"
 BOT = "7400000000000000123"
 PENDING = "coze.pending-action"
@@ -24,16 +25,6 @@ def srv():
         s.resume_tokens = ["It is ", "14:05 ", "in Berlin."]
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/CozeAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("coze-agent", host)
 
 
 def cfg(srv, **extra):

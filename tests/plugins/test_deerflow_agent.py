@@ -10,10 +10,11 @@ import time
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.deerflow import FakeDeerFlow
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, terminal
 
+PLUGIN = "deerflow-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "df-pat-plugin-test-token"
 THREAD = "deerflow.thread_id"  # the default identity (one thread per LangBot conversation) keeps it here
 ANSWER = "Hello from the fake agent."
@@ -32,16 +33,6 @@ def lg():
     with FakeDeerFlow(flavor="langgraph") as s:
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/DeerFlowAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("deerflow-agent", host)
 
 
 def cfg(srv, **extra):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from runners_cli.host import LocalHost
 from tests.fakes.replay import TRANSCRIPTS, ReplayServer, Reply, json_reply, split_transcript, transcript
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, terminal
 
+PLUGIN = "deerflow-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 REAL = TRANSCRIPTS / "deerflow" / "real"
 THREAD = "deerflow.thread_id"
 DF = "/api/langgraph"
@@ -58,16 +58,6 @@ def deerflow(*replies: Reply, thread: Reply | None = None) -> ReplayServer:
 def langgraph(*replies: Reply) -> LangGraphReplay:
     return LangGraphReplay({"POST /threads": real("01-create-thread.http"),
                             "POST /threads/{tid}/runs/stream": list(replies)})
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/DeerFlowAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("deerflow-agent", host)
 
 
 def steps(results):

@@ -10,14 +10,13 @@ import pytest
 
 from runner_kit.errors import RunnerError
 from runner_kit.inputs import UserInput
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.dify import FakeDify
 from tests.helpers import (
     deltas,
     dump,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -25,6 +24,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "dify-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "app-dify-test-key-123"
 SESSION = stored_key("dify.conversation_id")  # where the default identity's conversation id is kept
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
@@ -34,16 +34,6 @@ PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
 def srv():
     with FakeDify(api_key=KEY) as s:
         yield s
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/DifyAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("dify-agent", host)
 
 
 def cfg(srv, **extra):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.dify import FakeDify
-from tests.helpers import failure, final_text, make_runner, rtype, run, state_updates, stored_key, terminal
+from tests.helpers import failure, final_text, rtype, run, state_updates, stored_key, terminal
 
+PLUGIN = "dify-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "app-dify-test-key-123"
 PENDING = "dify.pending-form"  # one per LangBot conversation (runner_kit.pending)
 SESSION = stored_key("dify.conversation_id")
@@ -39,16 +40,6 @@ def srv():
         s.before_form = ["Draft ", "ready. "]
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/DifyAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("dify-agent", host)
 
 
 def cfg(srv, **extra):

@@ -8,14 +8,13 @@ import time
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.langflow import FakeLangflow
 from tests.helpers import (
     deltas,
     dump,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -23,6 +22,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "langflow-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "sk-langflow-plugin-test-key"
 SESSION = stored_key("langflow.session_id")  # where the default identity's session id is kept
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
@@ -34,16 +34,6 @@ def srv():
     with FakeLangflow(api_key=KEY) as s:
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/LangflowAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("langflow-agent", host)
 
 
 def cfg(srv, **extra):

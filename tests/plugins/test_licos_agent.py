@@ -9,13 +9,12 @@ import base64
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.licos import FakeLicos
 from tests.helpers import (
     deltas,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -23,20 +22,11 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "licos-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 TOKEN = "licos-user-token-1"
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
 HOST_FIELDS = {"enable-all-tools": False, "tools": [], "knowledge-bases": [], "mcp-resources": [],
                "mcp-resource-agent-read-enabled": False}
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/LicosAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("licos-agent", host)
 
 
 @pytest.fixture

@@ -13,13 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from runners_cli.host import LocalHost
 from tests.fakes.replay import TRANSCRIPTS, ReplayServer, Reply, split_transcript
 from tests.helpers import (
     deltas,
     failure,
     final_text,
-    make_runner,
     real_peer_fixtures,
     rtype,
     run,
@@ -27,6 +25,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "licos-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 LEGACY = TRANSCRIPTS / "licos" / "real"
 MANAGED = TRANSCRIPTS / "licos" / "real-managed"
 TOKEN = "sk-test"
@@ -49,16 +48,6 @@ def legacy(name: str) -> ReplayServer:
 
 def cfg(srv, **kw):
     return {"base-url": srv.base_url, **kw}
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/LicosAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("licos-agent", host)
 
 
 def steps(results):

@@ -20,13 +20,13 @@ from tests.helpers import (
     deltas,
     failure,
     final_text,
-    make_runner,
     messages,
     rtype,
     run,
     state_updates,
 )
 
+PLUGIN = "local-agent"  # tests/plugins/conftest.py: the runner fixture (the host is this module's own)
 CONV = Identity(conversation_id="conv-1")
 CHECKPOINT = "local-agent.checkpoint"
 
@@ -39,14 +39,9 @@ def fake():
 
 @pytest.fixture
 def host(fake):
-    h = LocalHost(runner_id=find("local-agent").runner_id)
+    h = LocalHost(runner_id=find(PLUGIN).runner_id)
     h.add_model(OpenAIChatModel("m-main", base_url=fake.base_url, api_key="sk-test", model_name="gpt-fake"))
     return h
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("local-agent", host)
 
 
 def cfg(**over: Any) -> dict[str, Any]:

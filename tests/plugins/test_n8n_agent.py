@@ -8,13 +8,12 @@ import time
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.n8n import FakeN8n
 from tests.helpers import (
     dump,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -22,6 +21,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "n8n-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 SESSION = stored_key("n8n.session_id")  # where the default identity's sessionId is kept
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
 KEY = "n8n-header-secret-1"
@@ -31,16 +31,6 @@ KEY = "n8n-header-secret-1"
 def srv():
     with FakeN8n() as s:
         yield s
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/N8nAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("n8n-agent", host)
 
 
 def cfg(srv, **extra):

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from runners_cli.plugins import find, load_runner_class
 from tests.fakes.tbox import FakeTbox
 from tests.helpers import (
@@ -15,7 +15,6 @@ from tests.helpers import (
     dump,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -23,6 +22,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "tbox-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "pat_tbox_test_token_123456"
 APP = "202501010000000123"
 SESSION = stored_key("tbox.conversation_id")
@@ -36,16 +36,6 @@ def srv():
     with FakeTbox(api_key=KEY, app_id=APP) as s:
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/TboxAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("tbox-agent", host)
 
 
 def cfg(srv, **extra):

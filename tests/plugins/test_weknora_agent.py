@@ -7,13 +7,12 @@ import base64
 
 import pytest
 
-from runners_cli.host import Identity, LocalHost
+from runners_cli.host import Identity
 from tests.fakes.weknora import DEFAULT_REFERENCES, FakeWeKnora, Session
 from tests.helpers import (
     deltas,
     failure,
     final_text,
-    make_runner,
     rtype,
     run,
     state_updates,
@@ -21,6 +20,7 @@ from tests.helpers import (
     terminal,
 )
 
+PLUGIN = "weknora-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "sk-weknora-plugin-test-0001"
 SESSION = stored_key("weknora.session_id")
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
@@ -32,16 +32,6 @@ def srv():
     with FakeWeKnora(api_key=KEY) as s:
         yield s
     assert s.handler_errors == []
-
-
-@pytest.fixture
-def host():
-    return LocalHost(runner_id="plugin:langbot-team/WeKnoraAgent/default")
-
-
-@pytest.fixture
-def runner(host):
-    return make_runner("weknora-agent", host)
 
 
 def cfg(srv, **extra):
