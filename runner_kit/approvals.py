@@ -471,7 +471,7 @@ def read_lines(raw: str, names: dict[str, str]) -> list[tuple[str | None, list[s
     for line in raw.splitlines():
         m = _KEY_LINE.match(line)
         named = names.get(_norm(m.group(1))) if m else None
-        if named is not None:
+        if m is not None and named is not None:
             out.append((named, [m.group(2).strip()]))
         elif out:
             out[-1][1].append(line)
