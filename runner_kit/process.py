@@ -99,12 +99,20 @@ def parse_env_setting(raw: Any, key: str = "env") -> dict[str, str]:
     return out
 
 
+def data_root(environ: Mapping[str, str] = os.environ) -> Path:
+    """Where every plugin keeps its writable data, as a process with ``environ`` sees it:
+    ``RUNNER_KIT_DATA_DIR``, else ``$XDG_DATA_HOME/langbot-agent-runners``, else
+    ``~/.local/share/langbot-agent-runners`` (what a LangBot plugin worker, started with an empty
+    environment, uses)."""
+    root = environ.get(DATA_ENV) or os.path.join(
+        environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "langbot-agent-runners"
+    )
+    return Path(root).expanduser()
+
+
 def data_dir(platform: str) -> Path:
     """This plugin's writable data directory (the plugin's code directory is read-only in LangBot)."""
-    root = os.environ.get(DATA_ENV) or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "langbot-agent-runners"
-    )
-    path = Path(root).expanduser() / _safe(platform)
+    path = data_root() / _safe(platform)
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -320,7 +320,7 @@ class Host:
     workspace: str = ""
     user_token: str = ""
     installed_version: str = ""
-    installed: dict[str, float] = field(default_factory=dict)  # plugin -> install seconds (ensure_plugin)
+    installed: dict[str, float] = field(default_factory=dict)  # plugin -> install seconds
 
     # -- lifecycle --
 
@@ -459,6 +459,7 @@ class Host:
         plugins = self.data("GET", "/api/v1/plugins")["plugins"]
         took = time.monotonic() - started
         say(f"runner {runner_id} is available after {took:.1f}s; plugins: {_plugin_names(plugins)}")
+        self.installed[plugin.name] = took
         return took
 
     def install_package(self, package: Path) -> None:
@@ -491,8 +492,12 @@ class Host:
         return self.api("POST", f"/api/v1/agents/{agent}/debug", ok=False,
                         json={"text": text, "conversation_id": conversation_id})
 
-    def debug_stream(self, agent: str, text: str, conversation_id: str) -> list[dict[str, Any]]:
-        """``/debug/stream`` (what the WebUI's agent debug panel calls): its NDJSON frames."""
+    def debug_stream(self, agent: str, text: str, conversation_id: str,
+                     until: Callable[[dict[str, Any]], bool] | None = None) -> list[dict[str, Any]]:
+        """``/debug/stream`` (what the WebUI's agent debug panel calls): its NDJSON frames. With
+        ``until``, the stream is closed once a frame satisfies it, as a user closing the debug panel
+        does: LangBot 4.11.2 cancels the run when its consumer goes away (``agent_debug_stream.py``;
+        the ledger says ``cancelled`` / ``consumer_cancelled``)."""
         assert self.client is not None
         headers = {"Authorization": f"Bearer {self.user_token}", "X-Workspace-Id": self.workspace}
         frames = []
@@ -502,6 +507,8 @@ class Host:
             for line in resp.iter_lines():
                 if line.strip():
                     frames.append(json.loads(line))
+                    if until is not None and until(frames[-1]):
+                        break
         return frames
 
     def create_pipeline(self, name: str, runner_config: dict[str, Any], runner_id: str) -> str:
@@ -635,26 +642,6 @@ class Host:
         config["ai"]["runner_config"][runner_id].update(changes)
         self.api("PUT", f"/api/v1/pipelines/{pipeline}",
                  json={"name": current["name"], "description": current.get("description") or "", "config": config})
-
-    def debug_stream_cancelled(self, agent: str, text: str, conversation_id: str,
-                               until: Callable[[dict[str, Any]], bool]) -> list[dict[str, Any]]:
-        """Open the agent debug stream and close it, as a user closing the WebUI's debug panel does,
-        once a frame satisfies ``until``: LangBot 4.11.2 cancels the run when its consumer goes away
-        (``agent_debug_stream.py``; the ledger says ``cancelled`` / ``consumer_cancelled``). Returns
-        the frames read before closing."""
-        assert self.client is not None
-        headers = {"Authorization": f"Bearer {self.user_token}", "X-Workspace-Id": self.workspace}
-        frames: list[dict[str, Any]] = []
-        with self.client.stream("POST", f"/api/v1/agents/{agent}/debug/stream", headers=headers,
-                                json={"text": text, "conversation_id": conversation_id}) as resp:
-            assert resp.status_code == 200, resp.read()[:2000]
-            for line in resp.iter_lines():
-                if not line.strip():
-                    continue
-                frames.append(json.loads(line))
-                if until(frames[-1]) or frames[-1].get("kind") in ("completed", "error"):
-                    break
-        return frames
 
     def run_usage(self, run: dict[str, Any]) -> dict[str, Any] | None:
         """The token usage the run ledger holds for one run (an ``agent_run`` row)."""
@@ -839,7 +826,7 @@ def recorded_failure(host: Host, run: dict[str, Any]) -> RecordedFailure:
     pipeline run that must leave its own text in the chat cannot end in ``run.failed``.
     """
     events = host.run_events(run["run_id"])
-    usage = json.loads(run["usage_json"]) if run.get("usage_json") else None
+    usage = host.run_usage(run)
     failed = [e for e in events if e["type"] == "run.failed"]
     if failed:
         data = failed[-1]["data"]
@@ -852,6 +839,14 @@ def recorded_failure(host: Host, run: dict[str, Any]) -> RecordedFailure:
     logs = " ".join(str((e.get("data") or {}).get("text", "")) for e in events if e["type"] == "processor.log")
     found = re.search(r"retryable\W+(true|false)", logs, re.IGNORECASE)
     return RecordedFailure(run["status"], code, found.group(1).lower() == "true" if found else None, usage)
+
+
+def frame_text(frame: dict[str, Any]) -> str:
+    """The text an agent debug stream frame shows (its message, or its streamed chunk so far)."""
+    data = (frame.get("data") or {}).get("data") or {}
+    message = data.get("message") or data.get("chunk") or {}
+    text = message.get("content") or message.get("all_content")
+    return text if isinstance(text, str) else ""
 
 
 def is_host_notice(text: str | None) -> bool:

@@ -48,7 +48,7 @@ def _replies(lark: FakeLark, after: int = 0) -> list[str]:
 
 @pytest.fixture(scope="module")
 def dify_installed(langbot: Host) -> Host:
-    langbot.install_plugin(DIFY)
+    langbot.ensure_plugin(DIFY)
     return langbot
 
 
@@ -142,7 +142,7 @@ ACP = find("acp-agent-runner")
 
 @pytest.fixture(scope="module")
 def acp_installed(langbot: Host) -> Host:
-    langbot.install_plugin(ACP)
+    langbot.ensure_plugin(ACP)
     return langbot
 
 

@@ -35,6 +35,7 @@ from tests.e2e.harness import (
     Host,
     assert_failure_explained,
     assert_partial_answer_kept,
+    frame_text,
     is_host_notice,
     recorded_failure,
     run_inputs,
@@ -60,7 +61,7 @@ API_KEY = "app-e2e-" + "k3y" * 8  # must never come back in a host response
 @pytest.fixture(scope="module")
 def host(langbot: Host) -> Host:
     """The session's LangBot with DifyAgent installed."""
-    langbot.install_plugin(PLUGIN)
+    langbot.ensure_plugin(PLUGIN)
     return langbot
 
 
@@ -185,12 +186,7 @@ def test_agent_debug_explains_a_missing_api_key(host: Host, dify: FakeDify) -> N
     frames = host.debug_stream(agent, "hello", f"e2e-nokey-{uuid.uuid4().hex[:8]}")
     assert frames and frames[-1]["kind"] == "error", frames
     assert frames[-1]["code"] == "config.missing", frames[-1]
-    shown = [frames[-1]["msg"]]
-    for frame in frames[:-1]:
-        data = frame["data"].get("data") or {}
-        message = data.get("message") or data.get("chunk") or {}
-        if isinstance(message.get("content"), str):
-            shown.append(message["content"])
+    shown = [frames[-1]["msg"], *filter(None, map(frame_text, frames[:-1]))]
     assert any("api-key" in text for text in shown), shown
     assert not any(is_host_notice(text) for text in shown), shown
     assert not dify.find_requests("POST", "/v1/chat-messages")
@@ -208,7 +204,7 @@ PROBE = load_plugin(Path(__file__).with_name("steer_probe"))  # a test-only mult
 
 @pytest.fixture(scope="module")
 def probe(host: Host) -> str:
-    host.install_plugin(PROBE)
+    host.ensure_plugin(PROBE)
     return PROBE.runner_id
 
 
@@ -252,9 +248,9 @@ def test_follow_ups_during_a_run_each_get_their_own_reply(host: Host, probe: str
 
 # --- coding agents on the real host: follow-ups go to the live agent process -----------------------
 
-CODING = {  # plugin -> (scripted CLI, attribute of CodingCLIs with the real one, model API flavour)
-    "claude-code-agent": ("fake_claude.py", "claude", "anthropic"),
-    "codex-agent": ("fake_codex.py", "codex", "openai"),
+CODING = {  # plugin -> (attribute of CodingCLIs with the real CLI, model API flavour)
+    "claude-code-agent": ("claude", "anthropic"),
+    "codex-agent": ("codex", "openai"),
 }
 
 
@@ -263,18 +259,15 @@ def coding_plugins(host: Host) -> dict[str, PluginInfo]:
     installed = {}
     for name in CODING:
         info = find(name)
-        host.install_plugin(info)
+        host.ensure_plugin(info)
         installed[name] = info
     return installed
 
 
-def _coding_executable(plugin: str, kind: str) -> str:
-    fake, real, _ = CODING[plugin]
-    if kind == "fake":
-        return str(Path(__file__).resolve().parents[1] / "fakes" / "cli" / fake)
+def _real_cli(plugin: str) -> str:
     from tests.real_peers.coding_clis import provide_coding_clis
 
-    return str(getattr(provide_coding_clis(), real))  # skips, saying why, when npm cannot install it
+    return str(getattr(provide_coding_clis(), CODING[plugin][0]))  # skips, saying why, when npm cannot install it
 
 
 @pytest.mark.parametrize("cli", ["real"])  # the scripted CLIs: test_follow_up in test_plugins_e2e.py
@@ -289,12 +282,12 @@ def test_coding_agent_answers_a_follow_up_in_the_same_live_process(
     from tests.fakes.model_api import FakeModelAPI
 
     info = coding_plugins[plugin]
-    executable = _coding_executable(plugin, cli)
+    executable = _real_cli(plugin)
     workspace = tmp_path / "workspace"
     with FakeModelAPI() as api:
         api.answer_tokens = ["Working ", "on ", "it ", "now."]
         api.token_delay = 0.6
-        base = api.anthropic_base_url() if CODING[plugin][2] == "anthropic" else api.openai_base_url()
+        base = api.anthropic_base_url() if CODING[plugin][1] == "anthropic" else api.openai_base_url()
         config = {"executable": executable, "base-url": base, "api-key": api.api_key, "model": "fake-model",
                   "workspace": str(workspace), "permission-mode": "read-only", "timeout": 120,
                   "advanced-settings": True, "max-retries": 0}

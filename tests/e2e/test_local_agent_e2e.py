@@ -35,6 +35,7 @@ from tests.e2e.harness import (
     LegacyMigration,
     assert_failure_explained,
     assert_partial_answer_kept,
+    frame_text,
     recorded_failure,
     say,
     wait_for,
@@ -65,8 +66,9 @@ MIGRATED_KEYS = {
 @pytest.fixture(scope="module")
 def host(langbot: Host) -> Host:
     """The session's LangBot with LocalAgent installed."""
-    took = langbot.install_plugin(PLUGIN)
-    say(f"measured: LocalAgent install (build + upload + runner listed) {took:.1f}s")
+    took = langbot.ensure_plugin(PLUGIN)
+    if took is not None:
+        say(f"measured: LocalAgent install (build + upload + runner listed) {took:.1f}s")
     return langbot
 
 
@@ -403,10 +405,8 @@ def test_a_host_cancel_stops_the_model_call(host: Host, llm: FakeOpenAI, model: 
     agent = host.create_agent("e2e-local-cancel", agent_config(model), RUNNER_ID)
     conversation = f"e2e-local-cancel-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
-    frames = host.debug_stream_cancelled(
-        agent, "write a long answer", conversation,
-        until=lambda f: bool((((f.get("data") or {}).get("data") or {}).get("chunk") or {}).get("all_content")))
-    assert frames[-1].get("kind") == "result", frames
+    frames = host.debug_stream(agent, "write a long answer", conversation, until=frame_text)
+    assert frames[-1].get("kind") == "result" and frame_text(frames[-1]), frames
     run = host.finished_run(conversation)
     assert (run["status"], run["status_reason"]) == ("cancelled", "consumer_cancelled"), run
     wait_for("the model call to end", lambda: llm.active_requests == 0, 8, interval=0.1)

@@ -26,11 +26,13 @@ from typing import Any
 
 import pytest
 
+from runner_kit.process import data_root
 from runners_cli.plugins import find
 from tests.contract.cases import CASES, PluginCase
 from tests.e2e.harness import (
     Host,
     assert_partial_answer_kept,
+    frame_text,
     recorded_failure,
     run_inputs,
     say,
@@ -79,8 +81,8 @@ def case(request: pytest.FixtureRequest) -> Iterator[PluginCase]:
 
 
 #: where a coding agent's runner keeps its agents' HOMEs inside LangBot: the runtime starts plugin
-#: workers with an empty environment, so the kit's default data root (runner_kit/process.py)
-AGENT_DATA = Path.home() / ".local" / "share" / "langbot-agent-runners"
+#: workers with an empty environment
+AGENT_DATA = data_root({})
 
 
 @pytest.fixture
@@ -270,12 +272,9 @@ def test_cancel(case: PluginCase, server: Any, host: Host, check: None) -> None:
     conversation = f"e2e-cancel-{uuid.uuid4().hex[:8]}"
     started = time.monotonic()
 
-    def has_text(frame: dict[str, Any]) -> bool:
-        chunk = ((frame.get("data") or {}).get("data") or {}).get("chunk") or {}
-        return frame.get("kind") == "result" and bool(chunk.get("content") or chunk.get("all_content"))
-
-    frames = host.debug_stream_cancelled(agent, "hello", conversation, until=has_text)
-    assert frames and has_text(frames[-1]), f"the stream ended before any text: {frames}"
+    frames = host.debug_stream(agent, "hello", conversation, until=frame_text)
+    assert frames and frames[-1]["kind"] == "result" and frame_text(frames[-1]), \
+        f"the stream ended before any text: {frames}"
     run = host.finished_run(conversation)
     assert (run["status"], run["status_reason"]) == ("cancelled", "consumer_cancelled"), run
     if plugin.capabilities.get("interrupt") and case.cancel_seen is not None:

@@ -217,3 +217,14 @@ def test_an_agent_made_symlink_never_redirects_an_attachment_outside_the_workspa
     (ws / "langbot-files" / "x.txt").symlink_to(target)  # a file name linked to a host file
     saved = save_attachment(ws, "langbot-files", "x.txt", b"data")
     assert saved.name == "1-x.txt" and target.read_text() == "keep"
+
+
+def test_data_root_follows_the_environment_it_is_given(tmp_path):
+    from pathlib import Path
+
+    from runner_kit.process import data_root
+
+    assert data_root({"RUNNER_KIT_DATA_DIR": str(tmp_path)}) == tmp_path
+    assert data_root({"XDG_DATA_HOME": str(tmp_path)}) == tmp_path / "langbot-agent-runners"
+    # a LangBot plugin worker starts with an empty environment
+    assert data_root({}) == Path.home() / ".local" / "share" / "langbot-agent-runners"
