@@ -39,7 +39,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--ttft-tokens", type=int, help="tokens per answer in the time-to-first-text runs")
     ap.add_argument("--ttft-delay", type=float, help="seconds between tokens in the time-to-first-text runs")
     ap.add_argument("--paced-delay", type=float, help="seconds between tokens in the paced host-traffic runs")
-    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdown of section 3")
+    ap.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdowns (sections 3 and 4)")
+    ap.add_argument("--reuse", help="with --only: take the sections not run from this earlier results.json "
+                    "(RESULTS.md names their run)")
     return ap.parse_args(argv)
 
 
@@ -89,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if "concurrency" in only:
                 _log(f"{entry.plugin}: 4. concurrency")
-                s["concurrency"].append(sections.concurrency(entry, srv, p))
+                s["concurrency"].append(sections.concurrency(entry, srv, p, profile=not args.no_profile))
             if "connections" in only:
                 _log(f"{entry.plugin}: 5. connections")
                 s["connections"].append(sections.run_section(sections.connections(entry, srv, p)))
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("7. in-process agent loops")
         s["in_process_agents"] = sections.run_section(sections.in_process_agents(p))
 
-    cmd = "uv run python -m bench" + (" --quick" if args.quick else "")
+    cmd = "uv run python -m bench" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
     data: dict[str, Any] = {
         "meta": {
             "command": cmd,
@@ -120,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         "sections": s,
         "missing_entries": missing,
     }
+    (out / "results.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")  # kept if the report fails
+    if args.reuse:
+        _reuse(data, Path(args.reuse), only)
     data["targets"] = report.targets(data)
     md = report.markdown(data, notes(data))
     print(md)
@@ -131,6 +136,25 @@ def main(argv: list[str] | None = None) -> int:
         _log("matplotlib is not installed (uv sync installs the dev group): no chart written")
     _log(f"wrote {out / 'RESULTS.md'}, {out / 'results.json'}, {out / 'results.png'}")
     return 0
+
+
+# which sections each --only name fills in results.json
+_KEYS = {"ttft": ("ttft",), "traffic": ("traffic", "sweep"), "cpu": ("cpu",), "concurrency": ("concurrency",),
+         "connections": ("connections",), "coding": ("coding_agents",), "local": ("in_process_agents",)}
+
+
+def _reuse(data: dict[str, Any], path: Path, only: set[str]) -> None:
+    """Fill the sections this run skipped from an earlier run, and say so in the report."""
+    old = json.loads(path.read_text(encoding="utf-8"))
+    reused = []
+    for name, keys in _KEYS.items():
+        if name in only:
+            continue
+        for key in keys:
+            if old["sections"].get(key):
+                data["sections"][key] = old["sections"][key]
+                reused.append(key)
+    data["meta"]["reused"] = {"from": old["meta"]["date"], "sections": reused}
 
 
 def _params(p: Params) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+from langbot_plugin.api.definition.components.runner.runner import Runner
 
 from runner_kit.http import shared_client
 from runners_cli.host import Identity, LocalHost
@@ -40,17 +41,19 @@ class Turn:
 
 
 async def runner_turn(
-    runner: Any, host: LocalHost, config: dict[str, Any], key: str, keep: bool = True, direct: bool = False
+    runner: Any, host: LocalHost, config: dict[str, Any], key: str, keep: bool = True, via: str = "runner"
 ) -> Turn:
     """One run through ``runner.invoke`` with results applied to the host, as LangBot does.
 
-    ``direct`` iterates ``runner.run`` instead, leaving out the SDK's ``invoke`` wrapper (its
-    per-invocation API, result queue and task), to tell the kit's share from the SDK's."""
+    ``via="sdk"`` goes through the SDK's own ``Runner.invoke`` instead of the kit's lean one;
+    ``via="kit"`` iterates ``runner.run``, leaving out any ``invoke`` wrapper (per-invocation API,
+    result queue and task), to tell the kit's share from the wrapper's."""
     turn = Turn(key)
     # one conversation per run, as concurrent chats are (a platform may refuse a second message
     # while one conversation is still answering, as Coze does)
     ctx = host.make_context(key, config=config, identity=Identity(conversation_id=f"bench-{key}"))
-    async for result in runner.run(ctx) if direct else runner.invoke(ctx):
+    results = runner.run(ctx) if via == "kit" else Runner.invoke(runner, ctx) if via == "sdk" else runner.invoke(ctx)
+    async for result in results:
         t = now_ns()
         host.apply_result(ctx.run_id, result)
         kind = rtype(result)

@@ -31,7 +31,7 @@ class Params:
         default_factory=lambda: [CpuPattern("paced", 400, 0.001, 3), CpuPattern("burst", 2000, 0.0, 5)]
     )
     # 4. concurrency
-    conc_ns: tuple[int, ...] = (50, 200, 500)
+    conc_ns: tuple[int, ...] = (50, 200, 500, 1000)
     # 6-second answers (longer than the kit's 5 s wait for a free pooled connection), sparse enough
     # (N=500: ~3,300 events/s) that one core is not saturated by the client floor itself
     conc_tokens: int = 40

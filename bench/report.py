@@ -9,6 +9,11 @@ TTFT_MS = 5.0
 BYTES_RATIO = 5.0
 CPU_RATIO = 1.5
 RSS_MB = 300.0
+# section 4 at N = 1,000 (issue 14): one plugin worker serving a thousand streaming chats
+SCALE_N = 1000
+SCALE_RSS_MB = 150.0
+SCALE_P99_RATIO = 2.0  # runner's added p99 per delta / the floor's p99
+SCALE_CPU_RATIO = 1.2  # CPU per event / the floor's, at that load
 
 MET, MISSED, NA = "met", "**missed**", "n/a"
 
@@ -72,20 +77,50 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
             continue
         r = max(c["rows"], key=lambda x: x["n"])
         run, flo = r["runner"], r["floor"]
-        ok = run["ok"] == r["n"] and run["rss_peak_mb"] < RSS_MB
+        scale = r["n"] >= SCALE_N
+        rss_target = SCALE_RSS_MB if scale else RSS_MB
+        ok = run["ok"] == r["n"] and run["rss_peak_mb"] < rss_target
         fails = ", ".join(f"{v} {k}" for k, v in run["failures"].items())
         rows.append(
             {
                 "id": "concurrency",
-                "figure": f"4. {r['n']} concurrent runs",
+                "figure": f"4. {r['n']:,} concurrent runs",
                 "plugin": r["plugin"],
                 "measured": f"{run['ok']}/{r['n']} complete{' (' + fails + ')' if fails else ''}, "
                 f"peak RSS {_f(run['rss_peak_mb'], 0)} MB",
                 "reference": f"floor: {flo['ok']}/{r['n']}, peak RSS {_f(flo['rss_peak_mb'], 0)} MB",
-                "target": f"all complete, peak RSS < {RSS_MB:g} MB",
+                "target": f"all complete, peak RSS < {rss_target:g} MB",
                 "status": MET if ok else MISSED,
             }
         )
+        if not scale:
+            continue
+        p99, fp99 = run["latency_ms"]["p99"], flo["latency_ms"]["p99"]
+        rows.append(
+            {
+                "id": "concurrency-latency",
+                "figure": f"4. Added p99 per delta at N = {r['n']:,}",
+                "plugin": r["plugin"],
+                "measured": f"p99 {_f(p99, 0)} ms (p50 {_f(run['latency_ms']['p50'], 0)} ms); "
+                f"through the SDK's invoke {_f((r.get('sdk') or {}).get('latency_ms', {}).get('p99'), 0)} ms",
+                "reference": f"floor: p99 {_f(fp99, 0)} ms (p50 {_f(flo['latency_ms']['p50'], 0)} ms)",
+                "target": f"≤ {SCALE_P99_RATIO:g}× the floor's p99",
+                "status": MET if p99 <= SCALE_P99_RATIO * fp99 else MISSED,
+            }
+        )
+        ratio = run.get("cpu_ratio")
+        if ratio is not None:
+            rows.append(
+                {
+                    "id": "concurrency-cpu",
+                    "figure": f"4. CPU per event at N = {r['n']:,}",
+                    "plugin": r["plugin"],
+                    "measured": f"{_f(ratio)}× the floor ({_f(run['cpu_us_per_event'], 1)} µs/event)",
+                    "reference": f"floor: {_f(flo['cpu_us_per_event'], 1)} µs/event",
+                    "target": f"≤ {SCALE_CPU_RATIO:g}×",
+                    "status": MET if ratio <= SCALE_CPU_RATIO else MISSED,
+                }
+            )
     for c in s.get("connections", []):
         ok = c["runner_connections"] <= c["pool_keepalive"] and c["correct"] == c["runs"]
         rows.append(
@@ -189,7 +224,9 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
         f"took {_f(meta['duration_s'], 0)} s.{' **Quick run (smaller sizes).**' if meta['quick'] else ''} "
         "Every figure is measured side by side with its reference in the same run; absolute times "
         "drift on a shared machine, ratios and counts much less. See `bench/README.md` for what each "
-        "figure means.",
+        "figure means."
+        + (f" **Sections {', '.join(meta['reused']['sections'])} are not from this run: they are kept from "
+           f"the run of {meta['reused']['from']}.**" if meta.get("reused") else ""),
         "",
         "## Summary",
         "",
@@ -324,17 +361,21 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
         ]  # fmt: skip
     if s.get("concurrency"):
         rows = []
+        nan = {"latency_ms": {"p50": math.nan, "p99": math.nan}, "cpu_ratio": math.nan}
         for c in s["concurrency"]:
             for r in c["rows"]:
                 run, flo = r["runner"], r["floor"]
-                kit = r.get("kit") or {"latency_ms": {"p50": math.nan, "p99": math.nan}}
+                sdk, kit = r.get("sdk") or nan, r.get("kit") or nan
                 fails = ", ".join(f"{v} × {k}" for k, v in run["failures"].items()) or "–"
+                lat = [f"{_f(m['latency_ms'][q], 1 if q == 'p50' else 0)}" for q in ("p50", "p99")
+                       for m in (run, sdk, kit, flo)]  # fmt: skip
                 rows.append(
                     [r["plugin"], r["n"], f"{run['ok']}/{r['n']}", fails, f"{_f(run['wall_s'])} / {_f(flo['wall_s'])}",
                      f"{_f(run['rss_peak_mb'], 0)} / {_f(flo['rss_peak_mb'], 0)} (start {_f(run['rss_start_mb'], 0)})",
-                     f"{_f(run['latency_ms']['p50'], 1)} / {_f(kit['latency_ms']['p50'], 1)} / {_f(flo['latency_ms']['p50'], 1)}",
-                     f"{_f(run['latency_ms']['p99'], 1)} / {_f(kit['latency_ms']['p99'], 1)} / {_f(flo['latency_ms']['p99'], 1)}",
-                     _f(r["added_p99_ms"], 1), f"{run['connections']} / {flo['connections']}"]
+                     " / ".join(lat[:4]), " / ".join(lat[4:]), _f(r["added_p99_ms"], 0),
+                     f"{_f(run.get('cpu_ratio'))} / {_f(sdk.get('cpu_ratio'))} / {_f(kit.get('cpu_ratio'))}"
+                     f" ({_f(run.get('cpu_us_per_event'), 1)} vs {_f(flo.get('cpu_us_per_event'), 1)} µs)",
+                     f"{run['connections']} / {flo['connections']}"]
                 )  # fmt: skip
         first = s["concurrency"][0]["rows"][0] if s["concurrency"][0]["rows"] else None
         parts += [
@@ -346,15 +387,38 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
              f"{first['token_delay_s'] * 1000:g} ms apart. Latency per delta: from when a zero-cost client "
              "applying the same delta policy would have sent it (the write of its newest token, or "
              "max-delay after its first new token for a timed flush) to the host receiving it; floor: "
-             "from each token's write to its parse. Cells are runner / floor; latency cells are runner / "
-             "kit only (`runner.run` without the SDK's `Runner.invoke` wrapper) / floor.") if first else "",
+             "from each token's write to its parse. Cells are runner / floor. Latency cells are runner "
+             "(`KitRunner.invoke`, the kit's lean invoke) / the same runner through the SDK's own "
+             "`Runner.invoke` / kit only (`runner.run`, no invoke wrapper) / floor; the two comparisons "
+             "run at the largest N only. CPU: process CPU time of the batch divided by the floor's for "
+             "the same streams (runner / SDK invoke / kit only), and µs per upstream event.") if first else "",
             "",
             _table(
                 ["Plugin", "N", "Complete", "Failures", "Wall (s)", "Peak RSS (MB)", "p50 latency (ms)",
-                 "p99 latency (ms)", "Added p99 (ms)", "Connections"],
+                 "p99 latency (ms)", "Added p99 (ms)", "CPU / floor", "Connections"],
                 rows,
             ),
         ]  # fmt: skip
+        profs = [(r["plugin"], r) for c in s["concurrency"] for r in c["rows"] if r.get("profile_us_per_event")]
+        if profs:
+            groups = sorted({g for _, r in profs for m in r["profile_us_per_event"].values() for g in m},
+                            key=lambda g: -max(r["profile_us_per_event"]["runner"].get(g, 0.0) for _, r in profs))
+            prow = []
+            for plugin, r in profs:
+                pr = r["profile_us_per_event"]
+                total_r, total_f = sum(pr["runner"].values()), sum(pr["floor"].values())
+                top = sorted(groups, key=lambda g: -(pr["runner"].get(g, 0.0) - pr["floor"].get(g, 0.0)))[:4]
+                prow.append([plugin, r["n"], f"{_f(total_r, 1)} / {_f(total_f, 1)}",
+                             ", ".join(f"{g} {_f(pr['runner'].get(g, 0.0), 1)} / {_f(pr['floor'].get(g, 0.0), 1)}"
+                                       for g in top)])  # fmt: skip
+            parts += [
+                "",
+                "cProfile of one runner batch and one floor batch at the largest N, where the CPU ratio "
+                f"is above {SCALE_CPU_RATIO:g}× (own time by package, µs per upstream event, runner / floor; "
+                "profiling inflates both, so compare the split, not the totals with the table):",
+                "",
+                _table(["Plugin", "N", "Total", "Largest differences (runner / floor)"], prow),
+            ]
     if s.get("connections"):
         parts += [
             "",

@@ -211,7 +211,7 @@ async def _timed(fn: Any, k: int) -> tuple[float, list[Turn]]:
 
 _GROUPS = (
     ("runner_kit/", "runner_kit (kit)"),
-    ("dify_agent/", "plugin adapter"),
+    ("_agent/", "plugin adapter"),  # every plugin's own package (coze_agent/, n8n_agent/, ...)
     ("/bench/", "benchmark loop"),
     ("langbot_plugin/", "langbot_plugin SDK"),
     ("pydantic", "pydantic"),
@@ -399,7 +399,35 @@ def delta_latencies(
     return out
 
 
-def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]:
+CONC_MODES = ("runner", "sdk", "kit", "floor")
+LOAD_CPU_RATIO = 1.2  # the CPU-per-event target at the largest N: a profile is taken above it
+
+
+def _worker(entry: HttpPlugin, srv: FakeServer, p: Params, n: int, mode: str, tag: str,
+            profile: bool = False) -> dict[str, Any]:
+    """One batch of ``n`` concurrent runs in a fresh ``bench.worker`` process."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_path = os.path.join(tmp, "out.json")
+        proc = subprocess.run(
+            [
+                sys.executable, "-m", "bench.worker", "--plugin", entry.plugin,
+                "--base-url", srv.base_url, "--mode", mode, "--n", str(n),
+                "--tokens", str(p.conc_tokens), "--tag", tag, "--out", out_path,
+                *(["--profile"] if profile else []),
+            ],
+            cwd=ROOT, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"bench.worker failed:\n{proc.stderr[-3000:]}")
+        with open(out_path, encoding="utf-8") as f:
+            return json.load(f)  # type: ignore[no-any-return]
+
+
+def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = True) -> dict[str, Any]:
+    """N runs at once per mode: the runner (``KitRunner.invoke``), the same through the SDK's
+    ``Runner.invoke``, the kit without any invoke wrapper, and the floor. Each batch also reports
+    its process CPU time; at the largest N, a CPU ratio above the target gets a cProfile of a
+    runner and a floor batch."""
     srv.stream(p.conc_tokens, p.conc_delay, prefix="cc")
     pre = prefix_lengths(tokens(p.conc_tokens))
     policy = stream_policy(entry.plugin, entry.config(srv.base_url))
@@ -411,22 +439,11 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]
             "tokens": p.conc_tokens,
             "token_delay_s": p.conc_delay,
         }
-        for mode in ("runner", "kit", "floor"):
+        for mode in CONC_MODES:
+            if mode in ("sdk", "kit") and n != max(p.conc_ns):
+                continue  # the comparisons that explain the figures: at the largest N only
             c0 = srv.stats()["connections_accepted"]
-            with tempfile.TemporaryDirectory() as tmp:
-                out_path = os.path.join(tmp, "out.json")
-                proc = subprocess.run(
-                    [
-                        sys.executable, "-m", "bench.worker", "--plugin", entry.plugin,
-                        "--base-url", srv.base_url, "--mode", mode, "--n", str(n),
-                        "--tokens", str(p.conc_tokens), "--tag", f"cc{n}{mode}", "--out", out_path,
-                    ],
-                    cwd=ROOT, capture_output=True, text=True, timeout=600,
-                )  # fmt: skip
-                if proc.returncode != 0:
-                    raise RuntimeError(f"bench.worker failed:\n{proc.stderr[-3000:]}")
-                with open(out_path, encoding="utf-8") as f:
-                    out = json.load(f)
+            out = _worker(entry, srv, p, n, mode, f"cc{n}{mode}")
             marks = srv.marks()
             stats = srv.stats()
             lat: list[float] = []
@@ -440,12 +457,27 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str, Any]
                 "ok": out["ok"],
                 "failures": out["failures"],
                 "wall_s": out["wall_s"],
+                "cpu_s": out["cpu_s"],
                 "rss_start_mb": out["rss_start_kb"] / 1024,
                 "rss_peak_mb": out["rss_peak_kb"] / 1024,
                 "latency_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "samples": len(lat)},
                 "connections": stats["connections_accepted"] - c0,
             }
+            if mode == "floor":
+                row["events"] = out["events"]  # the same streams reach every mode
+        events = row.get("events") or 0
+        flo_cpu = row["floor"]["cpu_s"]
+        for mode in (m for m in CONC_MODES if m in row):
+            row[mode]["cpu_us_per_event"] = row[mode]["cpu_s"] / events * 1e6 if events else None
+            row[mode]["cpu_ratio"] = row[mode]["cpu_s"] / flo_cpu if flo_cpu else None
         row["added_p99_ms"] = row["runner"]["latency_ms"]["p99"] - row["floor"]["latency_ms"]["p99"]
+        if profile and n == max(p.conc_ns) and (row["runner"]["cpu_ratio"] or 0) > LOAD_CPU_RATIO and events:
+            row["profile_us_per_event"] = {
+                mode: {k: v / events for k, v in
+                       (_worker(entry, srv, p, n, mode, f"ccp{n}{mode}", profile=True)["profile_us"] or {}).items()}
+                for mode in ("runner", "floor")
+            }  # fmt: skip
+            srv.marks()
         rows.append(row)
     return {"plugin": entry.plugin, "rows": rows}
 

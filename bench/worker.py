@@ -1,12 +1,15 @@
 """``python -m bench.worker``: N concurrent turns in a fresh process (so peak RSS is this batch's
 own), written as JSON to ``--out``. ``--mode runner`` drives the plugin's runner through the local
-host; ``--mode kit`` the same without the SDK's ``invoke`` wrapper; ``--mode floor`` runs the bare
-floor client for the same answers."""
+host (``KitRunner.invoke``: the kit's lean invoke where the SDK version allows it); ``--mode sdk``
+the same runner through the SDK's own ``Runner.invoke``; ``--mode kit`` the same without any
+``invoke`` wrapper; ``--mode floor`` runs the bare floor client for the same answers. Process CPU
+time of the batch is reported with it; ``--profile`` adds a cProfile breakdown by package."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import gc
 import json
 import resource
@@ -18,13 +21,16 @@ from runner_kit.http import close_shared_client
 from .common import answer
 from .drive import floor_turn, load_runner, runner_turn
 from .registry import http_plugin
+from .sections import _profile_groups
+
+RUNNER_MODES = ("runner", "sdk", "kit")
 
 
 async def batch(args: argparse.Namespace) -> dict:
     entry = http_plugin(args.plugin)
     expected = answer(args.tokens)
     runner = host = None
-    if args.mode in ("runner", "kit"):
+    if args.mode in RUNNER_MODES:
         runner, host = load_runner(args.plugin)
         config = entry.config(args.base_url)
     gc.collect()
@@ -33,14 +39,22 @@ async def batch(args: argparse.Namespace) -> dict:
     async def one(i: int):
         key = f"{args.tag}-{i}"
         try:
-            if args.mode in ("runner", "kit"):
-                return await runner_turn(runner, host, config, key, keep=False, direct=args.mode == "kit")
+            if args.mode in RUNNER_MODES:
+                return await runner_turn(runner, host, config, key, keep=False, via=args.mode)
             return await floor_turn(entry, args.base_url, key)
         except Exception as exc:  # noqa: BLE001 - the floor has no error mapping; count it
             return exc
 
+    # CPU time, not wall time: at this load the loop is never idle long enough to separate waiting
+    prof = cProfile.Profile(time.process_time) if args.profile else None
     t0 = time.perf_counter()
+    c0 = cpu_s()
+    if prof is not None:
+        prof.enable()
     turns = await asyncio.gather(*(one(i) for i in range(args.n)))
+    if prof is not None:
+        prof.disable()
+    cpu = cpu_s() - c0
     wall = time.perf_counter() - t0
     rss_peak = peak_rss_kb()
     await close_shared_client()
@@ -61,10 +75,19 @@ async def batch(args: argparse.Namespace) -> dict:
         "ok": ok,
         "failures": dict(failures),
         "wall_s": wall,
+        "cpu_s": cpu,
+        "events": sum(t.events for t in turns if not isinstance(t, Exception)),  # the floor counts them
+        "profile_us": _profile_groups(prof, 1) if prof is not None else None,  # whole batch, by package
         "rss_start_kb": rss_start,
         "rss_peak_kb": rss_peak,
         "deltas": {t.key: t.deltas for t in turns if not isinstance(t, Exception)},
     }
+
+
+def cpu_s() -> float:
+    """User + system CPU time of this process so far (the fake server is another process)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def peak_rss_kb() -> int:
@@ -84,7 +107,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--plugin", required=True)
     ap.add_argument("--base-url", required=True)
-    ap.add_argument("--mode", choices=("runner", "kit", "floor"), required=True)
+    ap.add_argument("--mode", choices=(*RUNNER_MODES, "floor"), required=True)
+    ap.add_argument("--profile", action="store_true", help="cProfile the batch (own time by package)")
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--tag", required=True)

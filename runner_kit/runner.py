@@ -39,6 +39,7 @@ from .explain import explanation, failure_log, incomplete_note
 from .http import shared_client
 from .identity import upstream_user
 from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
+from .invoke import LEAN_SUPPORTED, lean_invoke
 from .logs import bind_redactor, get_logger, unbind_redactor
 from .results import ResultBuilder, StreamPolicy, progress_line
 from .session import SessionHandle, session_key
@@ -186,6 +187,13 @@ class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type informat
         async with aclosing(drive(ctx, type(self).adapter, type(self).schema)) as results:
             async for result in results:
                 yield result
+
+    def invoke(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
+        """The SDK's ``invoke`` with one loop hop per result (:mod:`runner_kit.invoke`) on the SDK
+        versions that was checked against; the SDK's own everywhere else."""
+        if LEAN_SUPPORTED:
+            return lean_invoke(self, ctx)
+        return super().invoke(ctx)  # type: ignore[no-any-return]
 
 
 _DONE = object()

@@ -1,0 +1,145 @@
+"""A leaner ``Runner.invoke`` with the SDK's guarantees, for the SDK versions it was checked against.
+
+The plugin runtime iterates ``runner.invoke(ctx)``. The SDK's own ``invoke`` (langbot-plugin
+0.7.16/0.7.18, ``api/definition/components/runner/runner.py``) runs ``run`` in a task and, for
+every result, creates a second task for ``queue.get()`` and waits on both with ``asyncio.wait``:
+three event-loop hops and two task objects per result. At a thousand concurrent chats that wrapper
+is most of the delay between an upstream token and the host seeing it.
+
+:func:`lean_invoke` keeps what that wrapper guarantees and changes only how the consumer waits:
+
+* a context already active is refused; ``ctx._api`` is the SDK's tracing wrapper around a new
+  ``get_run_api(ctx)`` and ``ctx._results`` the same bounded queue (256), both cleared on exit;
+* ``run`` executes in one task holding the SDK's task-local invocation binding (API, plugin config,
+  installation binding), so background work it starts inherits it and the caller's context does
+  not;
+* traced ``tool.call.*`` results (and ``ctx.log`` lines) go into the same queue as yielded results,
+  so they interleave in the order they were put; a full queue holds ``run`` back as before;
+* a yielded object that is not a ``RunnerResult``, or one for another run id, raises the SDK's
+  ``TypeError`` / ``ValueError``; iteration stops after the first ``run.completed`` or
+  ``run.failed``; a ``run`` that ends without one gets ``run_completed(run_id)`` appended; a
+  coroutine ``run`` must return None;
+* closing the generator (host cancel, deadline) cancels the task, which closes ``run``'s generator,
+  and waits for it; an exception from ``run`` reaches the caller after the results queued before it.
+
+The only difference: the consumer waits on one future that the queue resolves when an item is put
+(or the task resolves when it ends), so a result costs one hop, and several queued results are
+handed over without waiting at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncGenerator
+from contextlib import suppress
+from importlib import metadata
+from typing import Any
+
+from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
+from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
+from langbot_plugin.api.proxies.invocation import bind_invocation, current_binding, current_config
+from langbot_plugin.api.proxies.runner.tracing import _TracedRunAPI
+
+#: SDK versions whose ``Runner.invoke`` this reproduces. 0.7.18 is installed and compared result for
+#: result in tests/kit/test_invoke.py; 0.7.16 (the version LangBot 4.11.2 pins) ships byte-identical
+#: runner.py, tracing.py, invocation.py, runner context and API proxy modules (checked against the
+#: PyPI wheels). Any other version gets the SDK's own ``invoke``.
+TESTED_SDK_VERSIONS = frozenset({"0.7.16", "0.7.18"})
+TERMINAL = frozenset({"run.completed", "run.failed"})
+QUEUE_SIZE = 256  # the SDK's bound
+
+
+def sdk_version() -> str | None:
+    try:
+        return metadata.version("langbot-plugin")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+LEAN_SUPPORTED = sdk_version() in TESTED_SDK_VERSIONS
+
+
+class _Results(asyncio.Queue):  # type: ignore[type-arg]
+    """The SDK's bounded result queue that also wakes the one waiting consumer on a put."""
+
+    waiter: asyncio.Future[None] | None = None
+
+    def _put(self, item: Any) -> None:
+        super()._put(item)
+        self.wake()
+
+    def wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+async def lean_invoke(runner: Any, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
+    """``runner.invoke(ctx)`` as the SDK defines it, with one loop hop per result."""
+    if ctx._api is not None:
+        raise RuntimeError("Runner context is already active")
+    results = _Results(maxsize=QUEUE_SIZE)
+    ctx._api = _TracedRunAPI(runner.get_run_api(ctx), ctx.run_id, results)
+    ctx._results = results
+    handler = runner._plugin_runtime_handler
+
+    async def execute() -> None:
+        terminal = False
+        execution = runner.run(ctx)
+        if hasattr(execution, "__aiter__"):
+            try:
+                async for result in execution:
+                    if not isinstance(result, RunnerResult):
+                        raise TypeError("Runner must yield RunnerResult objects")
+                    if result.run_id != ctx.run_id:
+                        raise ValueError("Runner result belongs to a different invocation")
+                    await results.put(result)
+                    if result.type in TERMINAL:
+                        terminal = True
+                        break
+            finally:
+                close = getattr(execution, "aclose", None)
+                if close is not None:
+                    await close()
+        elif inspect.isawaitable(execution):
+            if await execution is not None:
+                raise TypeError("Coroutine Runner.run must return None")
+        else:
+            raise TypeError("Runner.run must be async")
+        if not terminal:
+            await results.put(RunnerResult.run_completed(ctx.run_id))
+
+    async def execute_bound() -> None:
+        scoped = current_config(handler)
+        with bind_invocation(
+            handler,
+            ctx.api,
+            config=runner._plugin_config if scoped is None else scoped,
+            binding=current_binding(handler),
+        ):
+            await execute()
+
+    loop = asyncio.get_running_loop()
+    task = loop.create_task(execute_bound())
+    task.add_done_callback(lambda _t: results.wake())
+    try:
+        while True:
+            if not results.empty():
+                yield results.get_nowait()
+                continue
+            if task.done():
+                break
+            results.waiter = loop.create_future()
+            await results.waiter
+        await task  # the run's own exception, after everything it queued
+    finally:
+        results.waiter = None
+        if not task.done():
+            task.cancel()
+        with suppress(asyncio.CancelledError, Exception):
+            await task
+        ctx._api = None
+        ctx._results = None
