@@ -86,7 +86,10 @@ async def floor_turn(
     ``timed`` records the time of every token (else only of the first)."""
     turn = Turn(key)
     client = client or shared_client()
-    req = entry.floor_request(base_url, key)
+    if entry.floor_prepare is not None:
+        req = await entry.floor_prepare(client, base_url, key)
+    else:
+        req = entry.floor_request(base_url, key)
     pieces: list[str] = []
     token_of = entry.floor_token
     decode = _DECODER.decode

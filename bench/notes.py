@@ -189,6 +189,21 @@ def _scale_latency(r: dict[str, Any]) -> str:
     return text
 
 
+def _requests(r: dict[str, Any]) -> str:
+    """What the runner asks of the platform per run beyond the floor's requests, when it does."""
+    run, flo = (r[m].get("requests_per_run") or {} for m in ("runner", "floor"))
+    n_run, n_flo = sum(run.values()), sum(flo.values())
+    if n_run <= n_flo + 0.01:
+        return ""
+    extra = ", ".join(f"`{k}` {_f(v, 2)}" for k, v in sorted(run.items()) if v - flo.get(k, 0.0) > 0.01)
+    return (
+        f"The runner makes {_f(n_run, 2)} requests per run where the floor makes {_f(n_flo, 2)} ({extra}): "
+        "it opens the conversation with the platform's own call before streaming, which the floor "
+        "can skip (its stream creates what it needs). In a real chat that happens once per "
+        "conversation; here every run is a new one. "
+    )
+
+
 def _scale_cpu(r: dict[str, Any]) -> str:
     run, flo = r["runner"], r["floor"]
     text = (
@@ -204,6 +219,7 @@ def _scale_cpu(r: dict[str, Any]) -> str:
         )[:4]
         text += "Largest differences in the profile (µs per event, profiled): " + ", ".join(
             f"{g} +{_f(d, 1)}" for g, d in diffs) + ". "
+    text += _requests(r)
     text += (
         "The floor only splits lines and `json.loads` each event; the runner also runs the adapter's "
         "typed parse, the kit's event queue and translation, and a task step per event, which at this "

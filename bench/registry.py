@@ -11,7 +11,9 @@ An HTTP plugin joins every per-plugin row with one :class:`HttpPlugin`, as ``ENT
 * ``config``        — the runner config pointing at the fake;
 * ``floor_request`` / ``wire`` / ``floor_token`` — the bare floor: the same request, read with the
   same HTTP client and parsed only as far as the wire format demands (``wire``: ``sse`` or
-  ``ndjson``), taking each token's text out of the parsed object.
+  ``ndjson``), taking each token's text out of the parsed object;
+* ``floor_prepare`` — where the platform needs a request before a new conversation can stream
+  (WeKnora's session), the floor makes it too and returns the stream request.
 
 A coding-agent runner joins section 6 the same way, with a :class:`CodingAgent` as its ``ENTRY``;
 an in-process agent loop on LangBot's own models (LocalAgent) joins section 7 with an
@@ -20,7 +22,7 @@ an in-process agent loop on LangBot's own models (LocalAgent) joins section 7 wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,9 @@ class HttpPlugin:
     floor_request: Callable[[str, str], dict[str, Any]]  # (base url, input text) -> httpx request kwargs
     wire: str  # "sse" | "ndjson"
     floor_token: Callable[[Any], str | None]  # parsed wire object -> token text (None: not a token)
+    # requests any client must make before the stream of a new conversation (e.g. creating the
+    # session it streams into): (client, base url, input text) -> the floor_request to send
+    floor_prepare: Callable[[Any, str, str], Awaitable[dict[str, Any]]] | None = None
 
 
 @dataclass(frozen=True)

@@ -442,10 +442,12 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = T
         for mode in CONC_MODES:
             if mode in ("sdk", "kit") and n != max(p.conc_ns):
                 continue  # the comparisons that explain the figures: at the largest N only
-            c0 = srv.stats()["connections_accepted"]
+            s0 = srv.stats()
+            c0 = s0["connections_accepted"]
             out = _worker(entry, srv, p, n, mode, f"cc{n}{mode}")
             marks = srv.marks()
             stats = srv.stats()
+            before, after = s0.get("requests", {}), stats.get("requests", {})
             lat: list[float] = []
             for key, deltas in out["deltas"].items():
                 m = marks.get(key) or []
@@ -462,6 +464,9 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = T
                 "rss_peak_mb": out["rss_peak_kb"] / 1024,
                 "latency_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "samples": len(lat)},
                 "connections": stats["connections_accepted"] - c0,
+                # what each run asked of the platform, by route: a runner that must open a session
+                # before it streams does two requests where a stream alone is one
+                "requests_per_run": {k: (v - before.get(k, 0)) / n for k, v in after.items() if v > before.get(k, 0)},
             }
             if mode == "floor":
                 row["events"] = out["events"]  # the same streams reach every mode

@@ -9,15 +9,17 @@ one reply line per command read from stdin:
     {"op": "stream", "tokens": N, "delay": D}  make every following run stream N tokens, D s apart
     {"op": "stream", ..., "prefix": P}          the same, only for runs whose key starts with P
     {"op": "marks"}                            {key: [ns, ...]} recorded since the last call
-    {"op": "stats"}                            connection and request counters
+    {"op": "stats"}                            connection and request counters (requests by route)
     {"op": "quit"}
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 import threading
+from collections import Counter
 from typing import Any
 
 from tests.fakes.http_server import FakeHTTPServer, Response
@@ -86,10 +88,19 @@ class Plans:
         return self.by_prefix[best] if best else self.default
 
 
-def apply_plans(entry: Any, plans: Plans) -> None:
+_ID = re.compile(r"/[0-9a-fA-F-]{8,}|/(?=[^/]*\d)[^/]{12,}")
+
+
+def route(method: str, path: str) -> str:
+    """A request's route with its ids starred (``POST /threads/*/runs/stream``), for counting."""
+    return f"{method} {_ID.sub('/*', path.split('?', 1)[0])}"
+
+
+def apply_plans(entry: Any, plans: Plans, routes: Counter[str]) -> None:
     original = FakeHTTPServer._dispatch
 
     async def dispatch(self: FakeHTTPServer, req: Any, resp: Response) -> None:
+        routes[route(req.method, req.path)] += 1
         try:
             key = entry.run_key(req)
         except Exception:  # noqa: BLE001 - not a run request (upload, stop, ...)
@@ -108,7 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     marks = Marks()
     instrument(entry, marks)
     plans = Plans()
-    apply_plans(entry, plans)
+    routes: Counter[str] = Counter()
+    apply_plans(entry, plans, routes)
     srv = entry.start_server()
     out = sys.stdout
 
@@ -137,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
                         "peak_active_requests": srv.peak_active_requests,
                         "client_disconnects": srv.client_disconnects,
                         "handler_errors": [repr(e) for e in srv.handler_errors[:5]],
+                        "requests": dict(routes),
                     }
                 )
             elif op == "quit":

@@ -1,8 +1,9 @@
 """DeerFlowAgent benchmark entry: the loopback fake DeerFlow (nginx root, LF framing, ``end``)
 streaming ``/api/langgraph/threads/{id}/runs/stream``.
 
-Each token is one ``messages`` event whose data is ``[AIMessageChunk, metadata]``; a run on a thread
-the fake does not know creates it (as DeerFlow does), so the bare floor needs no thread of its own."""
+Each token is one ``messages`` event whose data is ``[AIMessageChunk, metadata]``; the bare floor
+streams into a new thread id with ``if_not_exists: "create"`` (one request), where the runner
+creates its thread first (``POST /threads`` with LangBot's metadata, then the stream)."""
 
 from __future__ import annotations
 
@@ -51,7 +52,7 @@ def _floor_request(base_url: str, text: str) -> dict[str, Any]:
         "url": f"{base_url}/api/langgraph/threads/{uuid.uuid4()}{_STREAM}",  # a thread per run: never busy
         "headers": {"Authorization": f"Bearer {_KEY}"},
         "json": {"assistant_id": "lead_agent", "input": {"messages": [{"role": "user", "content": text}]},
-                 "stream_mode": ["messages-tuple"]},
+                 "stream_mode": ["messages-tuple"], "if_not_exists": "create"},
     }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 from bench.registry import HttpPlugin
 
 _KEY = "sk-weknora-bench-000001"
-_SESSION = "bench-session"  # exists in the fake from the start, for the raw-httpx floor
+_SESSION = "bench-session"  # exists in the fake from the start (sections that stream without creating one)
 
 
 def _start() -> Any:
@@ -47,6 +47,15 @@ def _floor_request(base_url: str, text: str) -> dict[str, Any]:
     }
 
 
+async def _floor_prepare(client: Any, base_url: str, text: str) -> dict[str, Any]:
+    """A new conversation needs a session first (``POST /sessions``), for the floor as for the runner."""
+    resp = await client.post(f"{base_url}/sessions", headers={"X-API-Key": _KEY}, json={"title": "bench"})
+    resp.raise_for_status()
+    req = _floor_request(base_url, text)
+    req["url"] = f"{base_url}/knowledge-chat/{resp.json()['data']['id']}"
+    return req
+
+
 def _floor_token(obj: Any) -> str | None:
     if isinstance(obj, dict) and obj.get("response_type") == "answer" and not obj.get("done"):
         return obj.get("content") or None
@@ -63,4 +72,5 @@ ENTRY = HttpPlugin(
     floor_request=_floor_request,
     wire="sse",
     floor_token=_floor_token,
+    floor_prepare=_floor_prepare,
 )
