@@ -146,15 +146,23 @@ _KEYS = {"ttft": ("ttft",), "traffic": ("traffic", "sweep"), "cpu": ("cpu",), "c
 def _reuse(data: dict[str, Any], path: Path, only: set[str]) -> None:
     """Fill the sections this run skipped from an earlier run, and say so in the report."""
     old = json.loads(path.read_text(encoding="utf-8"))
-    reused = []
+    prior = old["meta"].get("reused") or {}
+
+    def measured(key: str) -> str:  # a section the earlier run itself kept names its own run
+        when = prior.get("from")
+        if isinstance(when, dict):
+            return str(when.get(key, old["meta"]["date"]))
+        return str(when) if when and key in prior.get("sections", ()) else str(old["meta"]["date"])
+
+    reused: dict[str, str] = {}
     for name, keys in _KEYS.items():
         if name in only:
             continue
         for key in keys:
             if old["sections"].get(key):
                 data["sections"][key] = old["sections"][key]
-                reused.append(key)
-    data["meta"]["reused"] = {"from": old["meta"]["date"], "sections": reused}
+                reused[key] = measured(key)
+    data["meta"]["reused"] = {"from": reused, "sections": list(reused)}
 
 
 def _params(p: Params) -> dict[str, Any]:

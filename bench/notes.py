@@ -154,8 +154,10 @@ def _latency(r: dict[str, Any]) -> str:
         "new `asyncio.create_task(results.get())` raced with `asyncio.wait`, three event-loop hops per "
         "result, each waiting out a loop cycle that a thousand busy streams make long. The kit's "
         "`KitRunner.invoke` (`runner_kit/invoke.py`, used on the SDK versions it was compared with) "
-        "keeps the same guarantees with one hop per result. What remains over the floor is the kit's "
-        "own `_pump` hop per upstream event (its event queue) and the CPU per event (below)."
+        "keeps the same guarantees with one hop per result. The kit's `_pump` translates events in "
+        "the task that reads them, so only results cross its queue (most text events only grow the "
+        "pending delta and cross nothing), and a delta still waiting there when a newer one is made "
+        "is replaced by it. What remains over the floor is those result hops and the CPU per event (below)."
     )
     return text
 
@@ -168,9 +170,9 @@ def _scale_latency(r: dict[str, Any]) -> str:
         f"floor's {_f(flo['p99'], 0)} ms, {_f(run['p99'] / flo['p99'] if flo['p99'] else math.nan)}×).** "
         "At this load one Python process is saturated even for the floor (its own p99 is the loop "
         "falling behind), so a delay is counted in loop cycles, and every task hop between the socket "
-        "and the host waits out one. The floor has one hop per event (its read). The runner has three: "
-        "the adapter's reading task, the kit's `_pump` consumer (its event queue), and the invoke "
-        "task handing the result to the host"
+        "and the host waits out one. The floor has one hop per event (its read). The runner has three "
+        "per delta it sends: the adapter's reading task (which also translates the event), the kit's "
+        "`_pump` consumer, and the invoke task handing the result to the host"
     )
     if r["runner"].get("cpu_ratio") is not None:
         text += f"; its CPU per event is {_f(r['runner']['cpu_ratio'])}× the floor's"
@@ -181,10 +183,10 @@ def _scale_latency(r: dict[str, Any]) -> str:
             f"({_f(kit['p99'] / flo['p99'] if flo['p99'] else math.nan)}× the floor)."
         )
     text += (
-        " What would be needed for ≤ 2×: one hop fewer per event in the kit — translate events in "
-        "the reading task so only results cross `_pump`'s queue (the deadline and idle timers then "
-        "cancel that task instead of feeding the queue), or hand results to the host from the run's "
-        "own task; not done in this change."
+        " What would be needed for ≤ 2×: hand results to the host from the reading task itself (the "
+        "deadline, idle and delta timers then act on that task instead of feeding a queue, and a "
+        "question parks the task rather than the queue), and a per-event CPU cost nearer the floor's: "
+        "see the CPU note."
     )
     return text
 

@@ -225,8 +225,7 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
         "Every figure is measured side by side with its reference in the same run; absolute times "
         "drift on a shared machine, ratios and counts much less. See `bench/README.md` for what each "
         "figure means."
-        + (f" **Sections {', '.join(meta['reused']['sections'])} are not from this run: they are kept from "
-           f"the run of {meta['reused']['from']}.**" if meta.get("reused") else ""),
+        + _reused(meta.get("reused")),
         "",
         "## Summary",
         "",
@@ -572,3 +571,15 @@ def chart(data: dict[str, Any], path: str) -> None:
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+
+
+def _reused(reused: dict[str, Any] | None) -> str:
+    """Which sections an earlier run measured, by that run's date."""
+    if not reused or not reused.get("sections"):
+        return ""
+    when = reused.get("from")
+    by_date: dict[str, list[str]] = {}
+    for key in reused["sections"]:
+        by_date.setdefault(str(when.get(key) if isinstance(when, dict) else when), []).append(key)
+    runs = "; ".join(f"{', '.join(keys)} from the run of {date}" for date, keys in by_date.items())
+    return f" **Sections not from this run, kept from earlier runs: {runs}.**"

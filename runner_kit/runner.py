@@ -196,6 +196,7 @@ class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type informat
         return super().invoke(ctx)  # type: ignore[no-any-return]
 
 
+_DELTA = "message.delta"
 _DONE = object()
 _TICK = object()
 _TIMEOUT = object()
@@ -498,6 +499,43 @@ def _failure(
     return out
 
 
+class _Sink:
+    """Where the reading task translates the adapter's events: this run's builder and usage, and
+    the delta timer it starts. ``None`` on the queue (a question being asked, a parked turn) makes
+    the task hand raw events over instead, for whichever run takes them."""
+
+    __slots__ = ("builder", "env", "tick", "usage")
+
+    def __init__(self, env: RunEnv, builder: ResultBuilder, usage: UsageTotals):
+        self.env = env
+        self.builder = builder
+        self.usage = usage
+        self.tick: asyncio.TimerHandle | None = None
+
+
+class _Events(asyncio.Queue):  # type: ignore[type-arg]
+    """The pump's queue: results the reading task translated, raw events, control items. While
+    raw events wait in it (``raw``), later events stay raw too, so they are translated in order.
+
+    A delta put while the previous one still waits, last in the queue, replaces it: a delta carries
+    the whole text so far, so when the loop is behind the host gets fewer, larger updates instead
+    of a backlog of stale ones (``coalesced`` counts them)."""
+
+    sink: _Sink | None = None
+    raw = 0
+    coalesced = 0
+
+    def put_result(self, r: RunnerResult) -> None:
+        waiting = self._queue  # type: ignore[attr-defined]
+        if r.type == _DELTA and waiting:
+            last = waiting[-1]
+            if isinstance(last, RunnerResult) and last.type == _DELTA and last.run_id == r.run_id:
+                waiting[-1] = r
+                self.coalesced += 1
+                return
+        self.put_nowait(r)
+
+
 async def _pump(
     adapter: Adapter,
     env: RunEnv,
@@ -509,20 +547,36 @@ async def _pump(
     resume: ap.Parked | None = None,
     index: int = 0,
 ) -> AsyncGenerator[RunnerResult, None]:
-    """Run the adapter's events (``source``, default ``adapter.stream()``) in a task and translate
-    them; timers feed ticks into the same queue. With ``watch``, follow-ups are polled meanwhile
-    and the first one interrupts the turn (``adapter.interrupt()``). A question the adapter asks
-    (``env.ask``) comes through the same queue; when it is parked the pump ends and leaves the
-    producer running, and ``resume`` picks that producer and queue up again in a later run."""
+    """Run the adapter's events (``source``, default ``adapter.stream()``) in a task that also
+    translates them, so only results cross into this generator (most text events only grow the
+    pending delta and cross nothing); timers feed ticks into the same queue. With ``watch``,
+    follow-ups are polled meanwhile and the first one interrupts the turn (``adapter.interrupt()``).
+    A question the adapter asks (``env.ask``) comes through the same queue; when it is parked the
+    pump ends and leaves the producer running, and ``resume`` picks that producer and queue up
+    again in a later run."""
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[Any] = resume.queue if resume is not None else asyncio.Queue()
+    queue: _Events = resume.queue if resume is not None else _Events()  # type: ignore[assignment]
     events = source if source is not None else adapter.stream() if resume is None else None
+    sink = _Sink(env, builder, usage)
+
+    def translated(item: Any, into: _Sink) -> list[RunnerResult]:
+        into.env.touch()
+        out = _translate(item, into.env, into.builder, into.usage)
+        if into.tick is None and (due := into.builder.due_in()) is not None:
+            into.tick = loop.call_later(due, queue.put_nowait, _TICK)
+        return out
 
     async def produce() -> None:
         assert events is not None
         try:
             async for item in events:
-                queue.put_nowait(item)
+                into = queue.sink
+                if into is None or queue.raw:
+                    queue.raw += 1
+                    queue.put_nowait(item)
+                else:
+                    for r in translated(item, into):
+                        queue.put_result(r)
             queue.put_nowait(_DONE)
         except asyncio.CancelledError:
             raise
@@ -552,20 +606,23 @@ async def _pump(
 
     env.touch()
     env.asks = queue
+    queue.sink = sink
     task = resume.task if resume is not None else loop.create_task(produce())
     poller = loop.create_task(poll(watch)) if watch is not None and watch.enabled else None
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
     if idle > 0:
         idle_timer = loop.call_later(idle, check_idle)
-    tick: asyncio.TimerHandle | None = None
     try:
         while True:
             item = await queue.get()
+            if isinstance(item, RunnerResult):
+                yield item
+                continue
             if item is _DONE:
                 state.ended = True
                 return
             if item is _TICK:
-                tick = None
+                sink.tick = None
                 if (r := builder.flush()) is not None:
                     yield r
                 continue
@@ -583,11 +640,13 @@ async def _pump(
                 state.ended = True
                 raise item.exc
             if isinstance(item, _Ask):
+                queue.sink = None  # events during the question are taken in order after it
                 async with aclosing(_asking(item, adapter, env, builder, state, queue, task, index)) as asked:
                     async for r in asked:
                         yield r
                 if state.parked is not None:
                     return
+                queue.sink = sink
                 env.touch()
                 continue
             if item is _STEERED:
@@ -598,17 +657,18 @@ async def _pump(
                     get_logger("runner_kit.run").info("%s: interrupting the turn failed: %s", adapter.platform,
                                                       env.redact(repr(exc)))
                 continue
-            env.touch()
-            for r in _translate(item, env, builder, usage):
+            # a raw event: handed over while a question was open, or before this run took the turn
+            queue.raw -= 1
+            for r in translated(item, sink):
                 yield r
-            if tick is None and (due := builder.due_in()) is not None:
-                tick = loop.call_later(due, queue.put_nowait, _TICK)
     finally:
+        if queue.sink is sink:
+            queue.sink = None
         deadline_timer.cancel()
         if idle_timer is not None:
             idle_timer.cancel()
-        if tick is not None:
-            tick.cancel()
+        if sink.tick is not None:
+            sink.tick.cancel()
         if poller is not None and not poller.done():
             poller.cancel()
         if state.parked is None:

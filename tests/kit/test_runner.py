@@ -250,3 +250,40 @@ async def test_meta_rides_on_the_complete_message_not_in_the_chat_text():
     r, host, _ = make([ev.Text("plain")])
     (done,) = [x for x in await run(r, host) if x.type == "message.completed"]
     assert "provider_specific_fields" not in done.data["message"] or not done.data["message"]["provider_specific_fields"]
+
+
+# --- a loop that is behind: fewer, larger deltas --------------------------------------------------
+
+EVERY_TOKEN = ConfigSchema.from_items(
+    [
+        {"name": "api-key", "type": "secret", "default": "sk-scripted-secret-1"},
+        {"name": "stream-growth", "type": "float", "default": 0.001},  # a delta for every token
+        {"name": "stream-min-chars", "type": "integer", "default": 1},
+    ]
+)
+TOKENS = [f"t{i} " for i in range(60)]
+
+
+def every_token(script):
+    return scripted_runner(Scripted, EVERY_TOKEN, script=script, cancelled=[], attempts=[])
+
+
+async def test_a_loop_that_keeps_up_gets_every_delta():
+    script = [s for t in TOKENS for s in (ev.Text(t), sleep(0))]  # the reader yields between tokens
+    r, host, _ = every_token(script)
+    results = await run(r, host)
+    assert deltas(results) == ["".join(TOKENS[: i + 1]) for i in range(len(TOKENS))]
+    assert final_text(results) == "".join(TOKENS)
+
+
+async def test_when_the_loop_is_behind_a_waiting_delta_is_replaced_by_the_newer_one():
+    # the whole answer arrives before the run's task gets a turn: each delta the policy makes
+    # replaces the one still waiting, so the host gets the latest text instead of 60 stale updates
+    r, host, _ = every_token([ev.Text(t) for t in TOKENS] + [sleep(0.05), ev.Text("end")])
+    results = await run(r, host)
+    got = deltas(results)
+    assert len(got) <= 3, got
+    assert "".join(TOKENS) in got  # nothing of the answer is lost: the newest text went out
+    assert all(b.startswith(a) for a, b in zip(got, got[1:]))
+    assert final_text(results) == "".join(TOKENS) + "end"
+    assert [rtype(x) for x in results][-2:] == ["message.completed", "run.completed"]
