@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     benched = {e.plugin for e in (*HTTP_PLUGINS, *CODING_AGENTS, *IN_PROCESS_AGENTS)}
     missing = [pl.dirname for pl in discover() if pl.dirname not in benched]
 
+    # read before this run writes its own results.json, which may be the same file
+    earlier = json.loads(Path(args.reuse).read_text(encoding="utf-8")) if args.reuse else None
     t_start = time.perf_counter()
     s: dict[str, Any] = {k: [] for k in ("ttft", "traffic", "cpu", "concurrency", "connections")}
     for entry in entries:
@@ -123,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         "missing_entries": missing,
     }
     (out / "results.json").write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")  # kept if the report fails
-    if args.reuse:
-        _reuse(data, Path(args.reuse), only)
+    if earlier is not None:
+        _reuse(data, earlier, only)
     data["targets"] = report.targets(data)
     md = report.markdown(data, notes(data))
     print(md)
@@ -143,9 +145,8 @@ _KEYS = {"ttft": ("ttft",), "traffic": ("traffic", "sweep"), "cpu": ("cpu",), "c
          "connections": ("connections",), "coding": ("coding_agents",), "local": ("in_process_agents",)}
 
 
-def _reuse(data: dict[str, Any], path: Path, only: set[str]) -> None:
-    """Fill the sections this run skipped from an earlier run, and say so in the report."""
-    old = json.loads(path.read_text(encoding="utf-8"))
+def _reuse(data: dict[str, Any], old: dict[str, Any], only: set[str]) -> None:
+    """Fill the sections this run skipped from an earlier run's results, and say so in the report."""
     prior = old["meta"].get("reused") or {}
 
     def measured(key: str) -> str:  # a section the earlier run itself kept names its own run
