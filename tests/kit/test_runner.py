@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from itertools import pairwise
 
 import pytest
 
@@ -284,6 +285,6 @@ async def test_when_the_loop_is_behind_a_waiting_delta_is_replaced_by_the_newer_
     got = deltas(results)
     assert len(got) <= 3, got
     assert "".join(TOKENS) in got  # nothing of the answer is lost: the newest text went out
-    assert all(b.startswith(a) for a, b in zip(got, got[1:]))
+    assert all(b.startswith(a) for a, b in pairwise(got))
     assert final_text(results) == "".join(TOKENS) + "end"
     assert [rtype(x) for x in results][-2:] == ["message.completed", "run.completed"]
