@@ -156,8 +156,8 @@ def _latency(r: dict[str, Any]) -> str:
         "`KitRunner.invoke` (`runner_kit/invoke.py`, used on the SDK versions it was compared with) "
         "keeps the same guarantees with one hop per result. The kit's `_pump` translates events in "
         "the task that reads them, so only results cross its queue (most text events only grow the "
-        "pending delta and cross nothing), and a delta still waiting there when a newer one is made "
-        "is replaced by it. What remains over the floor is those result hops and the CPU per event (below)."
+        "pending delta and cross nothing). What remains over the floor is those result hops and the "
+        "CPU per event (below)."
     )
     return text
 

@@ -196,7 +196,6 @@ class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type informat
         return super().invoke(ctx)  # type: ignore[no-any-return]
 
 
-_DELTA = "message.delta"
 _DONE = object()
 _TICK = object()
 _TIMEOUT = object()
@@ -515,25 +514,10 @@ class _Sink:
 
 class _Events(asyncio.Queue):  # type: ignore[type-arg]
     """The pump's queue: results the reading task translated, raw events, control items. While
-    raw events wait in it (``raw``), later events stay raw too, so they are translated in order.
-
-    A delta put while the previous one still waits, last in the queue, replaces it: a delta carries
-    the whole text so far, so when the loop is behind the host gets fewer, larger updates instead
-    of a backlog of stale ones (``coalesced`` counts them)."""
+    raw events wait in it (``raw``), later events stay raw too, so they are translated in order."""
 
     sink: _Sink | None = None
     raw = 0
-    coalesced = 0
-
-    def put_result(self, r: RunnerResult) -> None:
-        waiting = self._queue  # type: ignore[attr-defined]
-        if r.type == _DELTA and waiting:
-            last = waiting[-1]
-            if isinstance(last, RunnerResult) and last.type == _DELTA and last.run_id == r.run_id:
-                waiting[-1] = r
-                self.coalesced += 1
-                return
-        self.put_nowait(r)
 
 
 async def _pump(
@@ -576,7 +560,7 @@ async def _pump(
                     queue.put_nowait(item)
                 else:
                     for r in translated(item, into):
-                        queue.put_result(r)
+                        queue.put_nowait(r)
             queue.put_nowait(_DONE)
         except asyncio.CancelledError:
             raise
