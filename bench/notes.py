@@ -125,10 +125,11 @@ def _concurrency(data: dict[str, Any], r: dict[str, Any]) -> str:
         text += (
             f"The failed runs are `upstream.unavailable` (a connection refused, reset or closed before the "
             f"answer finished); the fake accepted fewer connections than there were runs: {modes}. The "
-            "fake listens with asyncio's default backlog of 100, so a burst of a thousand connects "
-            "overflows its accept queue. Not verified further in this run: whether the kernel then reset "
-            "the connections the client already wrote its request on, and why the floor and the slower "
-            "SDK path (which start their requests less densely) are spared. A kit-side remedy would be "
+            "fake listens with a backlog of 1,024 since 2026-12-02 (uvicorn's default is 2,048); before, it "
+            "had asyncio's default of 100, which a burst of a thousand connects can overflow. Five batches of "
+            "1,000 on a quiet machine at backlog 100 all completed, so that overflow is the likely cause of "
+            "failures measured before that date, not a proven one. If they recur with the larger backlog, a "
+            "kit-side remedy would be "
             "one retry of a request whose connection failed before any response byte arrived."
         )
     if run["rss_peak_mb"] >= (150 if r["n"] >= 1000 else 300):
@@ -206,6 +207,26 @@ def _requests(r: dict[str, Any]) -> str:
     )
 
 
+def _collector(r: dict[str, Any]) -> str:
+    """How much of the runner's extra CPU is the cycle collector, when the batch measured it."""
+    run, flo = r["runner"], r["floor"]
+    if not (run.get("gc_s") and flo.get("gc_s")):
+        return ""
+    extra_cpu = run["cpu_s"] - flo["cpu_s"]
+    extra_gc = sum(run["gc_s"]) - sum(flo["gc_s"])
+    if extra_cpu <= 0 or extra_gc <= 0:
+        return ""
+    return (
+        f"Of the runner's {_f(extra_cpu, 2)} s more CPU, {_f(extra_gc, 2)} s is the cycle collector "
+        f"({_f(sum(run['gc_s']), 2)} s against {_f(sum(flo['gc_s']), 2)} s; full collections "
+        f"{run['gc_collections'][2]} taking {_f(run['gc_s'][2], 2)} s against {flo['gc_collections'][2]} "
+        f"taking {_f(flo['gc_s'][2], 2)} s). A full collection walks every live container object, and "
+        "each run in flight keeps more of them than the floor's: its chain of async generators and "
+        "coroutines (host invoke, run, drive, turn, pump, adapter stream, answer, SSE, watch), each "
+        "with its frame, closures and context managers. "
+    )
+
+
 def _scale_cpu(r: dict[str, Any]) -> str:
     run, flo = r["runner"], r["floor"]
     text = (
@@ -222,6 +243,7 @@ def _scale_cpu(r: dict[str, Any]) -> str:
         text += "Largest differences in the profile (µs per event, profiled): " + ", ".join(
             f"{g} +{_f(d, 1)}" for g, d in diffs) + ". "
     text += _requests(r)
+    text += _collector(r)
     text += (
         "The floor only splits lines and `json.loads` each event; the runner also runs the adapter's "
         "typed parse, the kit's event queue and translation, and a task step per event, which at this "

@@ -460,6 +460,8 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = T
                 "failures": out["failures"],
                 "wall_s": out["wall_s"],
                 "cpu_s": out["cpu_s"],
+                "gc_s": out.get("gc_s"),
+                "gc_collections": out.get("gc_collections"),
                 "rss_start_mb": out["rss_start_kb"] / 1024,
                 "rss_peak_mb": out["rss_peak_kb"] / 1024,
                 "latency_ms": {"p50": pct(lat, 50), "p99": pct(lat, 99), "samples": len(lat)},

@@ -47,6 +47,8 @@ async def batch(args: argparse.Namespace) -> dict:
 
     # CPU time, not wall time: at this load the loop is never idle long enough to separate waiting
     prof = cProfile.Profile(time.process_time) if args.profile else None
+    collector = _Collector()
+    gc.callbacks.append(collector)
     t0 = time.perf_counter()
     c0 = cpu_s()
     if prof is not None:
@@ -56,6 +58,7 @@ async def batch(args: argparse.Namespace) -> dict:
         prof.disable()
     cpu = cpu_s() - c0
     wall = time.perf_counter() - t0
+    gc.callbacks.remove(collector)
     rss_peak = peak_rss_kb()
     await close_shared_client()
     failures: Counter[str] = Counter()
@@ -76,12 +79,32 @@ async def batch(args: argparse.Namespace) -> dict:
         "failures": dict(failures),
         "wall_s": wall,
         "cpu_s": cpu,
+        "gc_s": collector.seconds,  # CPU time in the cycle collector, by generation
+        "gc_collections": collector.count,
         "events": sum(t.events for t in turns if not isinstance(t, Exception)),  # the floor counts them
         "profile_us": _profile_groups(prof, 1) if prof is not None else None,  # whole batch, by package
         "rss_start_kb": rss_start,
         "rss_peak_kb": rss_peak,
         "deltas": {t.key: t.deltas for t in turns if not isinstance(t, Exception)},
     }
+
+
+class _Collector:
+    """CPU time the cycle collector takes during the batch, by generation. A full (generation 2)
+    collection walks every container object alive, so its cost grows with what each run keeps."""
+
+    def __init__(self) -> None:
+        self.seconds = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self._t0 = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.process_time()
+        else:
+            g = info["generation"]
+            self.seconds[g] += time.process_time() - self._t0
+            self.count[g] += 1
 
 
 def cpu_s() -> float:

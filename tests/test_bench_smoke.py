@@ -42,3 +42,17 @@ def test_bench_quick_writes_every_section(tmp_path) -> None:
     assert {t["id"] for t in data["targets"]} >= {"ttft", "bytes-burst", "cpu-paced", "concurrency", "connections"}
     assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8").startswith("# Benchmark results")
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cpu_note_splits_out_the_cycle_collector() -> None:
+    from bench.notes import _collector
+
+    row = {
+        "runner": {"cpu_s": 12.0, "gc_s": [0.5, 0.2, 1.5], "gc_collections": [800, 70, 8]},
+        "floor": {"cpu_s": 10.0, "gc_s": [0.4, 0.1, 0.5], "gc_collections": [450, 40, 4]},
+    }
+    text = _collector(row)
+    assert "2.00 s more CPU, 1.20 s is the cycle collector" in text
+    assert "full collections 8 taking 1.50 s against 4 taking 0.50 s" in text
+    # results measured before the collector was timed say nothing about it
+    assert _collector({"runner": {"cpu_s": 12.0}, "floor": {"cpu_s": 10.0}}) == ""

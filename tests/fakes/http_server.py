@@ -55,6 +55,7 @@ __all__ = [
 
 LOOPBACK = "127.0.0.1"
 _MAX_LINE = 1 << 20  # request line / header line / chunk-size line limit
+_BACKLOG = 1024  # a burst of a thousand connects must not overflow the accept queue (uvicorn: 2048)
 _MAX_HEADERS = 256
 
 Handler = Callable[["Request", "Response"], Awaitable[None]]
@@ -700,13 +701,13 @@ class FakeHTTPServer:
     async def _bind(self, port: int) -> None:
         try:
             self._server = await asyncio.start_server(
-                self._on_connection, LOOPBACK, port, limit=_MAX_LINE, reuse_address=True
+                self._on_connection, LOOPBACK, port, limit=_MAX_LINE, reuse_address=True, backlog=_BACKLOG
             )
         except OSError:
             if not port:
                 raise
             self._server = await asyncio.start_server(
-                self._on_connection, LOOPBACK, 0, limit=_MAX_LINE, reuse_address=True
+                self._on_connection, LOOPBACK, 0, limit=_MAX_LINE, reuse_address=True, backlog=_BACKLOG
             )
         self.port = self._server.sockets[0].getsockname()[1]
 
