@@ -699,16 +699,17 @@ class FakeHTTPServer:
     # -- internals ---------------------------------------------------------------------------
 
     async def _bind(self, port: int) -> None:
-        try:
-            self._server = await asyncio.start_server(
-                self._on_connection, LOOPBACK, port, limit=_MAX_LINE, reuse_address=True, backlog=_BACKLOG
+        async def listen(on: int) -> asyncio.Server:
+            return await asyncio.start_server(
+                self._on_connection, LOOPBACK, on, limit=_MAX_LINE, reuse_address=True, backlog=_BACKLOG
             )
+
+        try:
+            self._server = await listen(port)
         except OSError:
             if not port:
                 raise
-            self._server = await asyncio.start_server(
-                self._on_connection, LOOPBACK, 0, limit=_MAX_LINE, reuse_address=True, backlog=_BACKLOG
-            )
+            self._server = await listen(0)
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _shutdown(self) -> None:
