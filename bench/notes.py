@@ -221,9 +221,10 @@ def _collector(r: dict[str, Any]) -> str:
         f"({_f(sum(run['gc_s']), 2)} s against {_f(sum(flo['gc_s']), 2)} s; full collections "
         f"{run['gc_collections'][2]} taking {_f(run['gc_s'][2], 2)} s against {flo['gc_collections'][2]} "
         f"taking {_f(flo['gc_s'][2], 2)} s). A full collection walks every live container object, and "
-        "each run in flight keeps more of them than the floor's: its chain of async generators and "
-        "coroutines (host invoke, run, drive, turn, pump, adapter stream, answer, SSE, watch), each "
-        "with its frame, closures and context managers. "
+        "each run in flight keeps more of them than the floor's: the host's run context (its "
+        "pydantic models), and the chain of async generators and coroutines a result passes (host "
+        "invoke, drive, turn, pump, reading task, adapter stream, answer, SSE reader), each with its "
+        "frame, context managers and the loop's weak reference to it. "
     )
 
 

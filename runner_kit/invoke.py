@@ -22,9 +22,13 @@ is most of the delay between an upstream token and the host seeing it.
 * closing the generator (host cancel, deadline) cancels the task, which closes ``run``'s generator,
   and waits for it; an exception from ``run`` reaches the caller after the results queued before it.
 
-The only difference: the consumer waits on one future that the queue resolves when an item is put
+The only differences: the consumer waits on one future that the queue resolves when an item is put
 (or the task resolves when it ends), so a result costs one hop, and several queued results are
-handed over without waiting at all.
+handed over without waiting at all; and the kit's reading task (``runner_kit.runner._produce``)
+may put a result into the queue itself (:func:`outlet`, :meth:`_Results.offer`) instead of passing
+it up through ``run``'s generators, which saves the run's task a wake-up per result. It does so
+only when nothing it sent earlier is still on its way and no put waits for room, so the order
+the host sees is the order the results were made.
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ TERMINAL = frozenset({"run.completed", "run.failed"})
 QUEUE_SIZE = 256  # the SDK's bound
 
 
+def outlet(ctx: RunnerContext) -> _Results | None:
+    """The result queue of a :func:`lean_invoke` running ``ctx``, which the kit's reading task may
+    hand results to directly (:meth:`_Results.offer`); None under the SDK's own ``invoke`` or when
+    ``run`` is iterated directly."""
+    results = getattr(ctx, "_results", None)
+    return results if isinstance(results, _Results) else None
+
+
 def sdk_version() -> str | None:
     try:
         return metadata.version("langbot-plugin")
@@ -64,12 +76,29 @@ class _Results(asyncio.Queue):  # type: ignore[type-arg]
     """The SDK's bounded result queue that also wakes the one waiting consumer on a put."""
 
     waiter: asyncio.Future[None] | None = None
+    holding = 0  # puts waiting for room: nothing may be handed over ahead of them
 
     def _put(self, item: Any) -> None:
         super()._put(item)
         self.wake()
 
-    def wake(self) -> None:
+    async def put(self, item: Any) -> None:
+        self.holding += 1
+        try:
+            await super().put(item)
+        finally:
+            self.holding -= 1
+
+    def offer(self, item: RunnerResult) -> bool:
+        """Put ``item`` now if that cannot overtake anything (no put is waiting for room and
+        there is room); False when it must go the usual way, through ``run``'s generator."""
+        if self.holding or self.full():
+            return False
+        self.put_nowait(item)
+        return True
+
+    def wake(self, _task: object = None) -> None:
+        """Resolve the consumer's waiter (also the done callback of the task running ``run``)."""
         waiter = self.waiter
         if waiter is not None:
             self.waiter = None
@@ -77,16 +106,17 @@ class _Results(asyncio.Queue):  # type: ignore[type-arg]
                 waiter.set_result(None)
 
 
-async def lean_invoke(runner: Any, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
-    """``runner.invoke(ctx)`` as the SDK defines it, with one loop hop per result."""
-    if ctx._api is not None:
-        raise RuntimeError("Runner context is already active")
-    results = _Results(maxsize=QUEUE_SIZE)
-    ctx._api = _TracedRunAPI(runner.get_run_api(ctx), ctx.run_id, results)
-    ctx._results = results
+async def _execute(runner: Any, ctx: RunnerContext, results: _Results) -> None:
+    """Run ``runner.run(ctx)`` into ``results`` inside the SDK's invocation binding (one coroutine
+    per run, not a closure and a coroutine per step: fewer objects alive at a thousand runs)."""
     handler = runner._plugin_runtime_handler
-
-    async def execute() -> None:
+    scoped = current_config(handler)
+    with bind_invocation(
+        handler,
+        ctx.api,
+        config=runner._plugin_config if scoped is None else scoped,
+        binding=current_binding(handler),
+    ):
         terminal = False
         execution = runner.run(ctx)
         if hasattr(execution, "__aiter__"):
@@ -112,19 +142,17 @@ async def lean_invoke(runner: Any, ctx: RunnerContext) -> AsyncGenerator[RunnerR
         if not terminal:
             await results.put(RunnerResult.run_completed(ctx.run_id))
 
-    async def execute_bound() -> None:
-        scoped = current_config(handler)
-        with bind_invocation(
-            handler,
-            ctx.api,
-            config=runner._plugin_config if scoped is None else scoped,
-            binding=current_binding(handler),
-        ):
-            await execute()
 
+async def lean_invoke(runner: Any, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
+    """``runner.invoke(ctx)`` as the SDK defines it, with one loop hop per result."""
+    if ctx._api is not None:
+        raise RuntimeError("Runner context is already active")
+    results = _Results(maxsize=QUEUE_SIZE)
+    ctx._api = _TracedRunAPI(runner.get_run_api(ctx), ctx.run_id, results)
+    ctx._results = results
     loop = asyncio.get_running_loop()
-    task = loop.create_task(execute_bound())
-    task.add_done_callback(lambda _t: results.wake())
+    task = loop.create_task(_execute(runner, ctx, results))
+    task.add_done_callback(results.wake)
     try:
         while True:
             if not results.empty():

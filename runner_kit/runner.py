@@ -39,7 +39,7 @@ from .explain import explanation, failure_log, incomplete_note
 from .http import shared_client
 from .identity import upstream_user
 from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
-from .invoke import LEAN_SUPPORTED, lean_invoke
+from .invoke import LEAN_SUPPORTED, lean_invoke, outlet
 from .logs import bind_redactor, get_logger, unbind_redactor
 from .results import ResultBuilder, StreamPolicy, progress_line
 from .session import SessionHandle, session_key
@@ -116,7 +116,8 @@ class RunEnv:
     async def watch(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
         """Pass a response body through, noting every chunk as life for ``idle-timeout``.
 
-        Adapters read streams as ``iter_sse(env.watch(resp.aiter_bytes()))``."""
+        The stream readers take ``touch`` instead (``iter_sse(resp.aiter_bytes(), touch=env.touch)``),
+        which is one generator less for every chunk; this is for bodies read some other way."""
         async for chunk in chunks:
             self.last_activity = time.monotonic()
             yield chunk
@@ -145,7 +146,9 @@ class RunEnv:
 class Adapter:
     """One platform's mapping: build the request, translate wire events into kit events.
 
-    Read response bodies through ``self.env.watch(...)`` so keep-alives count for ``idle-timeout``.
+    Note every chunk of a response body as life, so keep-alives count for ``idle-timeout``:
+    ``iter_sse(resp.aiter_bytes(), touch=self.env.touch)`` (or ``self.env.touch()`` per chunk, or
+    ``self.env.watch(...)``).
     """
 
     platform: ClassVar[str] = "upstream"
@@ -183,10 +186,10 @@ class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type informat
     adapter: ClassVar[type[Adapter]]
     schema: ClassVar[ConfigSchema]
 
-    async def run(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
-        async with aclosing(drive(ctx, type(self).adapter, type(self).schema)) as results:
-            async for result in results:
-                yield result
+    def run(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
+        """The run's results: :func:`drive` itself, not a generator around it (one layer less for
+        every result to pass, and fewer objects alive per run; see bench section 4)."""
+        return drive(ctx, type(self).adapter, type(self).schema)
 
     def invoke(self, ctx: RunnerContext) -> AsyncGenerator[RunnerResult, None]:
         """The SDK's ``invoke`` with one loop hop per result (:mod:`runner_kit.invoke`) on the SDK
@@ -499,17 +502,41 @@ def _failure(
 
 
 class _Sink:
-    """Where the reading task translates the adapter's events: this run's builder and usage, and
-    the delta timer it starts. ``None`` on the queue (a question being asked, a parked turn) makes
-    the task hand raw events over instead, for whichever run takes them."""
+    """Where the reading task translates the adapter's events: this run's builder and usage, the
+    delta timer it starts and the idle timer. ``None`` on the queue (a question being asked, a
+    parked turn) makes the task hand raw events over instead, for whichever run takes them.
 
-    __slots__ = ("builder", "env", "tick", "usage")
+    Methods and module functions rather than closures in :func:`_pump`: a closure's function,
+    cells and tuple stay alive for the whole run, a thousand times over under load."""
 
-    def __init__(self, env: RunEnv, builder: ResultBuilder, usage: UsageTotals):
+    __slots__ = ("builder", "env", "idle_timer", "loop", "out", "queue", "tick", "usage")
+
+    def __init__(self, env: RunEnv, builder: ResultBuilder, usage: UsageTotals, queue: _Events):
         self.env = env
         self.builder = builder
         self.usage = usage
+        self.queue = queue
+        self.out = outlet(env.ctx)  # the host's result queue, under the kit's lean invoke
+        self.loop = asyncio.get_running_loop()
         self.tick: asyncio.TimerHandle | None = None
+        self.idle_timer: asyncio.TimerHandle | None = None
+
+    def translated(self, item: Any) -> list[RunnerResult]:
+        self.env.touch()
+        out = _translate(item, self.env, self.builder, self.usage)
+        if self.tick is None and (due := self.builder.due_in()) is not None:
+            self.tick = self.loop.call_later(due, self.queue.put_nowait, _TICK)
+        return out
+
+    def check_idle(self) -> None:
+        """The idle timer: ``_IDLE`` once the upstream has been quiet for ``idle-timeout``."""
+        idle = self.env.idle_timeout
+        quiet = time.monotonic() - self.env.last_activity
+        if quiet >= idle:
+            self.idle_timer = None
+            self.queue.put_nowait(_IDLE)
+        else:
+            self.idle_timer = self.loop.call_later(idle - quiet, self.check_idle)
 
 
 class _Events(asyncio.Queue):  # type: ignore[type-arg]
@@ -518,6 +545,45 @@ class _Events(asyncio.Queue):  # type: ignore[type-arg]
 
     sink: _Sink | None = None
     raw = 0
+
+
+async def _produce(events: AsyncIterator[ev.Event], queue: _Events) -> None:
+    """The reading task: the adapter's events, translated into the current run's results where
+    one takes them (``queue.sink``), raw otherwise; then ``_DONE`` or what it raised.
+
+    A result goes straight into the host's queue (``sink.out``, :func:`runner_kit.invoke.outlet`)
+    when nothing is waiting in this queue ahead of it and the host's queue takes it without
+    overtaking a waiting put: one loop hop to the host instead of two, and no pass through the
+    generators between. Otherwise it goes through this queue and the pump, as under the SDK's
+    own ``invoke``."""
+    try:
+        async for item in events:
+            into = queue.sink
+            if into is None or queue.raw:
+                queue.raw += 1
+                queue.put_nowait(item)
+            else:
+                out = into.out
+                for r in into.translated(item):
+                    # straight to the host when nothing sent before it is still in this queue
+                    if out is None or queue.qsize() or not out.offer(r):
+                        queue.put_nowait(r)
+        queue.put_nowait(_DONE)
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
+        queue.put_nowait(_Raised(exc))
+
+
+async def _poll(steer: Steering, queue: _Events) -> None:
+    """``follow-up-mode: interrupt``: ``_STEERED`` once a follow-up arrives (not while a question is open)."""
+    while True:
+        await asyncio.sleep(POLL_INTERVAL)
+        if steer.hold:  # a question is open: its answer must not interrupt the turn
+            continue
+        if await steer.pull():
+            queue.put_nowait(_STEERED)
+            return
 
 
 async def _pump(
@@ -533,69 +599,28 @@ async def _pump(
 ) -> AsyncGenerator[RunnerResult, None]:
     """Run the adapter's events (``source``, default ``adapter.stream()``) in a task that also
     translates them, so only results cross into this generator (most text events only grow the
-    pending delta and cross nothing); timers feed ticks into the same queue. With ``watch``,
+    pending delta and cross nothing); under the kit's lean invoke the task hands them to the host's
+    queue directly while that keeps their order (:func:`_produce`). Timers feed ticks into the same
+    queue. With ``watch``,
     follow-ups are polled meanwhile and the first one interrupts the turn (``adapter.interrupt()``).
     A question the adapter asks (``env.ask``) comes through the same queue; when it is parked the
     pump ends and leaves the producer running, and ``resume`` picks that producer and queue up
     again in a later run."""
     loop = asyncio.get_running_loop()
     queue: _Events = resume.queue if resume is not None else _Events()  # type: ignore[assignment]
-    events = source if source is not None else adapter.stream() if resume is None else None
-    sink = _Sink(env, builder, usage)
-
-    def translated(item: Any, into: _Sink) -> list[RunnerResult]:
-        into.env.touch()
-        out = _translate(item, into.env, into.builder, into.usage)
-        if into.tick is None and (due := into.builder.due_in()) is not None:
-            into.tick = loop.call_later(due, queue.put_nowait, _TICK)
-        return out
-
-    async def produce() -> None:
-        assert events is not None
-        try:
-            async for item in events:
-                into = queue.sink
-                if into is None or queue.raw:
-                    queue.raw += 1
-                    queue.put_nowait(item)
-                else:
-                    for r in translated(item, into):
-                        queue.put_nowait(r)
-            queue.put_nowait(_DONE)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # noqa: BLE001 - forwarded to the consumer
-            queue.put_nowait(_Raised(exc))
-
+    sink = _Sink(env, builder, usage, queue)
     idle = env.idle_timeout
-    idle_timer: asyncio.TimerHandle | None = None
-
-    def check_idle() -> None:
-        nonlocal idle_timer
-        quiet = time.monotonic() - env.last_activity
-        if quiet >= idle:
-            idle_timer = None
-            queue.put_nowait(_IDLE)
-        else:
-            idle_timer = loop.call_later(idle - quiet, check_idle)
-
-    async def poll(steer: Steering) -> None:
-        while True:
-            await asyncio.sleep(POLL_INTERVAL)
-            if steer.hold:  # a question is open: its answer must not interrupt the turn
-                continue
-            if await steer.pull():
-                queue.put_nowait(_STEERED)
-                return
-
     env.touch()
     env.asks = queue
     queue.sink = sink
-    task = resume.task if resume is not None else loop.create_task(produce())
-    poller = loop.create_task(poll(watch)) if watch is not None and watch.enabled else None
+    if resume is not None:
+        task = resume.task
+    else:
+        task = loop.create_task(_produce(source if source is not None else adapter.stream(), queue))
+    poller = loop.create_task(_poll(watch, queue)) if watch is not None and watch.enabled else None
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
     if idle > 0:
-        idle_timer = loop.call_later(idle, check_idle)
+        sink.idle_timer = loop.call_later(idle, sink.check_idle)
     try:
         while True:
             item = await queue.get()
@@ -643,14 +668,14 @@ async def _pump(
                 continue
             # a raw event: handed over while a question was open, or before this run took the turn
             queue.raw -= 1
-            for r in translated(item, sink):
+            for r in sink.translated(item):
                 yield r
     finally:
         if queue.sink is sink:
             queue.sink = None
         deadline_timer.cancel()
-        if idle_timer is not None:
-            idle_timer.cancel()
+        if sink.idle_timer is not None:
+            sink.idle_timer.cancel()
         if sink.tick is not None:
             sink.tick.cancel()
         if poller is not None and not poller.done():

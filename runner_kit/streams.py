@@ -24,7 +24,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -511,26 +511,47 @@ def _utf8_len(s: str) -> int:
 # --- async helpers ---------------------------------------------------------------------------
 
 
-async def _iterate(decoder: SSEDecoder | NDJSONDecoder | ConcatJSONDecoder, chunks: AsyncIterable[bytes]) -> AsyncIterator[Any]:
+async def _iterate(
+    decoder: SSEDecoder | NDJSONDecoder | ConcatJSONDecoder,
+    chunks: AsyncIterable[bytes],
+    touch: Callable[[], None] | None = None,
+) -> AsyncIterator[Any]:
     async for chunk in chunks:
+        if touch is not None:
+            touch()
         for item in decoder.feed(chunk):
             yield item
     for item in decoder.close():
         yield item
 
 
-def iter_sse(chunks: AsyncIterable[bytes], *, max_event_bytes: int = DEFAULT_MAX_BYTES) -> AsyncIterator[SSEEvent]:
-    """Yield the SSE events of a byte stream, including a last event without a final blank line."""
-    return _iterate(SSEDecoder(max_event_bytes), chunks)
+def iter_sse(
+    chunks: AsyncIterable[bytes],
+    *,
+    max_event_bytes: int = DEFAULT_MAX_BYTES,
+    touch: Callable[[], None] | None = None,
+) -> AsyncIterator[SSEEvent]:
+    """Yield the SSE events of a byte stream, including a last event without a final blank line;
+    ``touch`` is called for every chunk that arrives (``RunEnv.touch``: life for ``idle-timeout``)."""
+    return _iterate(SSEDecoder(max_event_bytes), chunks, touch)
 
 
-def iter_ndjson(chunks: AsyncIterable[bytes], *, max_line_bytes: int = DEFAULT_MAX_BYTES) -> AsyncIterator[Any]:
-    """Yield the JSON value of each line of an NDJSON byte stream."""
-    return _iterate(NDJSONDecoder(max_line_bytes), chunks)
+def iter_ndjson(
+    chunks: AsyncIterable[bytes],
+    *,
+    max_line_bytes: int = DEFAULT_MAX_BYTES,
+    touch: Callable[[], None] | None = None,
+) -> AsyncIterator[Any]:
+    """Yield the JSON value of each line of an NDJSON byte stream (``touch``: as for :func:`iter_sse`)."""
+    return _iterate(NDJSONDecoder(max_line_bytes), chunks, touch)
 
 
 def iter_concat_json(
-    chunks: AsyncIterable[bytes], *, max_object_bytes: int = DEFAULT_MAX_BYTES
+    chunks: AsyncIterable[bytes],
+    *,
+    max_object_bytes: int = DEFAULT_MAX_BYTES,
+    touch: Callable[[], None] | None = None,
 ) -> AsyncIterator[Any]:
-    """Yield each JSON value of a stream of whitespace-separated JSON objects (Langflow)."""
-    return _iterate(ConcatJSONDecoder(max_object_bytes), chunks)
+    """Yield each JSON value of a stream of whitespace-separated JSON objects (Langflow;
+    ``touch``: as for :func:`iter_sse`)."""
+    return _iterate(ConcatJSONDecoder(max_object_bytes), chunks, touch)

@@ -216,11 +216,14 @@ class CozeAdapter(Adapter):
             await self._refused(resp, ctype, sent_conversation)
         st = _StreamState()
         decoder = SSEDecoder()
-        chunks = self.env.watch(resp.aiter_bytes())
+        chunks = resp.aiter_bytes()
+        touch = self.env.touch  # every chunk is life for idle-timeout
         ended = False
         while not (st.finished or ended):
             try:
-                batch = decoder.feed(await anext(chunks))
+                chunk = await anext(chunks)
+                touch()
+                batch = decoder.feed(chunk)
             except StopAsyncIteration:
                 batch, ended = decoder.close(), True
             except (httpx.HTTPError, RunnerError) as exc:

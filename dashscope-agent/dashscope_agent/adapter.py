@@ -169,7 +169,7 @@ class DashScopeAdapter(Adapter):
                     yield item
                 return
             sniff = _StatusSniffer()
-            events = iter_sse(sniff.wrap(self.env.watch(resp.aiter_bytes())))
+            events = iter_sse(sniff.wrap(resp.aiter_bytes()), touch=self.env.touch)
             async for sse in events:
                 if not sse.data:
                     continue

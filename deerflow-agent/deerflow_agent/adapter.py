@@ -303,7 +303,7 @@ class DeerFlowAdapter(Adapter):
                 raise RunnerError("upstream.protocol",
                                   f"{self.platform} answered with JSON instead of an event stream "
                                   f"(keys: {', '.join(sorted(doc))[:120]}; {const.BASE_URL_HINT})")
-            events = iter_sse(self.env.watch(resp.aiter_bytes()))
+            events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
             async for sse in events:
                 st.events += 1
                 if sse.event == "end":

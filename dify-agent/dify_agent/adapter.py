@@ -162,7 +162,7 @@ class DifyAdapter(Adapter):
         """One event stream (the answer, or a resumed run's ``/workflow/{id}/events``) as events."""
         ctype = resp.headers.get("content-type", "").lower()
         state = _StreamState()
-        events = iter_sse(self.env.watch(resp.aiter_bytes()))
+        events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
         async with aclosing(sse_objects(events, self.platform, complete=lambda: state.message_ended)) as objects:
             async for data in objects:
                 for item in self._map(data, state):

@@ -176,7 +176,8 @@ class LangflowAdapter(Adapter):
                     yield item
                 return
             st = _StreamState()
-            chunks = self.env.watch(resp.aiter_bytes())
+            chunks = resp.aiter_bytes()
+            touch = self.env.touch  # every chunk is life for idle-timeout
             decoder = ConcatJSONDecoder()
             ended = False
             while not st.finished:
@@ -184,6 +185,7 @@ class LangflowAdapter(Adapter):
                 if chunk is None:
                     objs, ended = decoder.close(), True
                 else:
+                    touch()
                     objs = decoder.feed(chunk)
                 batch: list[ev.Event] = []
                 failed: RunnerError | None = None

@@ -225,7 +225,7 @@ class LicosAdapter(Adapter):
 
     async def _read(self, resp: httpx.Response, st: _Turn) -> AsyncIterator[ev.Event]:
         """The events of one response; a cut-off stream ends quietly when it can be resumed."""
-        events = iter_sse(self.env.watch(resp.aiter_bytes()))
+        events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
         while True:
             try:
                 sse = await anext(events)

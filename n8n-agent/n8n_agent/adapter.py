@@ -192,10 +192,12 @@ class N8nAdapter(Adapter):
             **self._request(session_id),
         ) as resp:
             ctype = resp.headers.get("content-type", "")
-            chunks = self.env.watch(resp.aiter_bytes())
+            chunks = resp.aiter_bytes()
+            touch = self.env.touch  # every chunk is life for idle-timeout
             head = bytearray()
             ended = True
             async for chunk in chunks:
+                touch()
                 head += chunk
                 body = head.lstrip()
                 if b"\n" in body or len(head) >= SNIFF_BYTES:
@@ -211,6 +213,7 @@ class N8nAdapter(Adapter):
                         yield item
                 if not ended:
                     async for chunk in chunks:
+                        touch()
                         for obj in decoder.feed(chunk):
                             for item in item_events(obj, st):
                                 yield item
@@ -223,6 +226,7 @@ class N8nAdapter(Adapter):
                 if not ended:
                     buf = bytearray(head)
                     async for chunk in chunks:
+                        touch()
                         buf += chunk
                         if len(buf) > MAX_BODY:
                             raise RunnerError(

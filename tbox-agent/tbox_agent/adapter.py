@@ -165,7 +165,7 @@ class TboxAdapter(Adapter):
                 for item in self._blocking(answer.json, st):
                     yield item
                 return
-            events = iter_sse(self.env.watch(resp.aiter_bytes()))
+            events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
             async for sse in events:
                 for item in self._event(sse.event, sse.data, st):
                     yield item

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -83,9 +84,9 @@ def normalise(results: list[Any]) -> list[dict[str, Any]]:
 
 
 async def play(path: str, script: list[Any], *, take: int | None = None, timeout: float = 60,
-               **ctx_kwargs: Any) -> dict[str, Any]:
+               slow: float = 0.0, **ctx_kwargs: Any) -> dict[str, Any]:
     """One run of ``script`` through ``path``; with ``take``, the host closes the run after that
-    many results (a cancel)."""
+    many results (a cancel); with ``slow``, the host takes that long over each result."""
     runner, host, cls = scripted_runner(Streaming, SCHEMA, script=script, cancelled=[])
     host.add_tool(LocalTool("echo", "echo", {"type": "object"}, _echo))
     ctx = host.make_context("hi", config={"timeout": timeout}, **ctx_kwargs)
@@ -99,6 +100,8 @@ async def play(path: str, script: list[Any], *, take: int | None = None, timeout
             got.append(r)
             if take is not None and len(got) >= take:
                 break
+            if slow:
+                await asyncio.sleep(slow)
     except Exception as exc:  # noqa: BLE001 - compared below
         error = exc
     finally:
@@ -132,6 +135,36 @@ async def test_plain_streaming_is_the_same():
     out = await both(["Hel", 0.01, "lo ", 0.01, "wor", 0.01, "ld", 0.01, "!"])
     t = types(out)
     assert t.count("message.delta") >= 3 and t[-2:] == ["message.completed", "run.completed"]
+
+
+async def test_a_host_slower_than_the_run_gets_the_same_order(monkeypatch):
+    """The reading task hands results to the host's queue directly while that keeps the order; with
+    a host too slow for the run the queue fills up, results go the long way round through ``run``,
+    and once the host catches up the direct way again. The host sees the SDK's sequence, every
+    delta growing the one before it."""
+    offered: list[bool] = []
+    real_offer = lean._Results.offer
+
+    def offer(self: Any, item: Any) -> bool:
+        ok = real_offer(self, item)
+        offered.append(ok)
+        return ok
+
+    monkeypatch.setattr(lean._Results, "offer", offer)
+    monkeypatch.setattr(lean, "QUEUE_SIZE", 3)
+    script: list[Any] = []
+    for i in range(60):
+        script += [f"w{i} ", 0.001 if i % 3 else 0]
+    script[60:60] = [0.3]  # the host catches up here
+    sdk = await play("sdk", script, slow=0.003)
+    fast = await play("lean", script, slow=0.003)
+    assert fast["results"] == sdk["results"]
+    assert not fast["left"] and not fast["active"]
+    assert True in offered and False in offered  # both ways were taken
+    deltas = [re.search(r"'all_content': '([^']*)'", r).group(1) for r in fast["results"]  # type: ignore[union-attr]
+              if "'message.delta'" in r]
+    assert len(deltas) >= 10
+    assert all(b.startswith(a) and len(b) > len(a) for a, b in pairwise(deltas))
 
 
 async def test_traced_tool_calls_interleave_the_same():

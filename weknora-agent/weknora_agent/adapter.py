@@ -182,7 +182,7 @@ class WeKnoraAdapter(Adapter):
                 raise RunnerError("upstream.protocol", f"{self.platform} answered with JSON instead of an "
                                                        f"event stream ({BASE_URL_HINT})")
             st = _State()
-            events = iter_sse(self.env.watch(resp.aiter_bytes()))
+            events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
             async with aclosing(sse_objects(events, self.platform, complete=lambda: st.answer_done)) as objects:
                 async for data in objects:
                     for item in await self._map(data, st):
