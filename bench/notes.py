@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .sections import LOAD_CPU_RATIO
+
 
 def _f(x: float, nd: int = 1) -> str:
     return f"{x:,.{nd}f}"
@@ -133,7 +135,15 @@ def _concurrency(data: dict[str, Any], r: dict[str, Any]) -> str:
             "one retry of a request whose connection failed before any response byte arrived."
         )
     if run["rss_peak_mb"] >= (150 if r["n"] >= 1000 else 300):
-        text += f" Peak RSS {_f(run['rss_peak_mb'], 0)} MB exceeds the target."
+        text = text.rstrip() + f" Peak RSS {_f(run['rss_peak_mb'], 0)} MB exceeds the target. "
+        more = _requests(r)
+        if more:
+            text += more + (
+                f"Each of those requests needs a connection: the runner opened {run['connections']} against the "
+                f"floor's {r['floor']['connections']} (the pool keeps 50 idle ones, so the first request's "
+                "connection is mostly closed before the stream asks for one), and the sockets, buffers and "
+                "requests in flight are the likely difference in memory; not measured apart in this run."
+            )
     return text
 
 
@@ -155,9 +165,11 @@ def _latency(r: dict[str, Any]) -> str:
         "new `asyncio.create_task(results.get())` raced with `asyncio.wait`, three event-loop hops per "
         "result, each waiting out a loop cycle that a thousand busy streams make long. The kit's "
         "`KitRunner.invoke` (`runner_kit/invoke.py`, used on the SDK versions it was compared with) "
-        "keeps the same guarantees with one hop per result. The kit's `_pump` translates events in "
-        "the task that reads them, so only results cross its queue (most text events only grow the "
-        "pending delta and cross nothing). What remains over the floor is those result hops and the "
+        "keeps the same guarantees with one hop per result, and the kit's reading task (which reads "
+        "each event and translates it) puts each result straight into the host's queue when nothing "
+        "is ahead of it (`runner_kit.invoke.outlet`); otherwise, and without an invoke wrapper, results "
+        "pass the kit's `_pump` queue to the run's task. Most text events only grow the pending delta "
+        "and cross nothing. What remains over the floor is the host's own read of each result and the "
         "CPU per event (below)."
     )
     return text
@@ -171,23 +183,24 @@ def _scale_latency(r: dict[str, Any]) -> str:
         f"floor's {_f(flo['p99'], 0)} ms, {_f(run['p99'] / flo['p99'] if flo['p99'] else math.nan)}×).** "
         "At this load one Python process is saturated even for the floor (its own p99 is the loop "
         "falling behind), so a delay is counted in loop cycles, and every task hop between the socket "
-        "and the host waits out one. The floor has one hop per event (its read). The runner has three "
-        "per delta it sends: the adapter's reading task (which also translates the event), the kit's "
-        "`_pump` consumer, and the invoke task handing the result to the host"
+        "and the host waits out one. The floor has one hop per event (its read). The runner has two per "
+        "delta it sends: the reading task, which reads the event, translates it and puts the result "
+        "straight into the host's queue, and the host's read of that queue; a result that would overtake "
+        "one still on its way (the host's queue full, or the run's task busy with an earlier one) goes "
+        "through the kit's `_pump` and the run's task instead, one hop more"
     )
     if r["runner"].get("cpu_ratio") is not None:
         text += f"; its CPU per event is {_f(r['runner']['cpu_ratio'])}× the floor's"
     text += "."
     if kit:
         text += (
-            f" Without any invoke wrapper (one hop fewer) the same runner measures p99 {_f(kit['p99'], 0)} ms "
+            f" Without any invoke wrapper (results through `_pump` to the host's task) the same runner "
+            f"measures p99 {_f(kit['p99'], 0)} ms "
             f"({_f(kit['p99'] / flo['p99'] if flo['p99'] else math.nan)}× the floor)."
         )
     text += (
-        " What would be needed for ≤ 2×: hand results to the host from the reading task itself (the "
-        "deadline, idle and delta timers then act on that task instead of feeding a queue, and a "
-        "question parks the task rather than the queue), and a per-event CPU cost nearer the floor's: "
-        "see the CPU note."
+        " No hop is left to remove between the reading task and the host; what would be needed for ≤ 2× "
+        "is a per-event CPU cost nearer the floor's, so each loop cycle is shorter: see the CPU note."
     )
     return text
 
@@ -203,7 +216,9 @@ def _requests(r: dict[str, Any]) -> str:
         f"The runner makes {_f(n_run, 2)} requests per run where the floor makes {_f(n_flo, 2)} ({extra}): "
         "it opens the conversation with the platform's own call before streaming, which the floor "
         "can skip (its stream creates what it needs). In a real chat that happens once per "
-        "conversation; here every run is a new one. "
+        "conversation; here every run is a new one. Opening it with the first run instead, where the "
+        "platform allows that (LangGraph's `if_not_exists: \"create\"` on a thread id the runner "
+        "chooses), would save the request. "
     )
 
 
@@ -228,7 +243,40 @@ def _collector(r: dict[str, Any]) -> str:
     )
 
 
-def _scale_cpu(r: dict[str, Any]) -> str:
+def _split(data: dict[str, Any], r: dict[str, Any]) -> str:
+    """How far the runner's extra CPU per run at this N is from the target, and where the extra is
+    when runs go one at a time (section 3b)."""
+    run, flo = r["runner"], r["floor"]
+    if not r.get("events") or not flo.get("cpu_s"):
+        return ""
+    e = r["events"] / r["n"]
+    extra_ms = (run["cpu_s"] - flo["cpu_s"]) / r["n"] * 1e3
+    allowed_ms = (LOAD_CPU_RATIO - 1) * flo["cpu_s"] / r["n"] * 1e3
+    text = (
+        f"Per run at this load the runner spends {_f(extra_ms, 2)} ms more CPU than the floor; "
+        f"≤ {LOAD_CPU_RATIO:g}× allows {_f(allowed_ms, 2)} ms. "
+    )
+    if run.get("gc_s") and flo.get("gc_s"):
+        gc_ms = (sum(run["gc_s"]) - sum(flo["gc_s"])) / r["n"] * 1e3
+        text += f"The cycle collector's excess alone is {_f(gc_ms, 2)} ms of it (below). "
+    sp = next((c["split"] for c in data["sections"].get("cpu", []) if c["plugin"] == r["plugin"] and c.get("split")),
+              None)
+    if sp and not math.isnan(sp["runner"]["per_event_us"]):
+        fr, pr = sp["runner"]["fixed_us"], sp["runner"]["per_event_us"]
+        ff, pf = sp["floor"]["fixed_us"], sp["floor"]["per_event_us"]
+        text += (
+            f"One run at a time (section 3b) the runner costs {_f(fr, 0)} µs per run plus {_f(pr, 1)} µs per "
+            f"upstream event, the floor {_f(ff, 0)} + {_f(pf, 1)}: of the runner's extra at {_f(e, 0)} events "
+            f"per run, {_f(fr - ff, 0)} µs is fixed per run (context, config, the SDK's per-invocation API, the "
+            f"invoke and reading tasks, request, results) and {_f(e * (pr - pf), 0)} µs is per event. "
+            f"One at a time the ratio is {_f((fr + e * pr) / (ff + e * pf))}×; at this load it is "
+            f"{_f(run.get('cpu_ratio'))}×, because both sides then also pay what the load costs everyone "
+            "(httpcore's pool scan over a thousand connections, a busier loop). "
+        )
+    return text
+
+
+def _scale_cpu(data: dict[str, Any], r: dict[str, Any]) -> str:
     run, flo = r["runner"], r["floor"]
     text = (
         f"**4. CPU per event at N = {r['n']:,} ({r['plugin']}: {_f(run.get('cpu_ratio'))}× the floor, "
@@ -242,14 +290,21 @@ def _scale_cpu(r: dict[str, Any]) -> str:
             key=lambda kv: -kv[1],
         )[:4]
         text += "Largest differences in the profile (µs per event, profiled): " + ", ".join(
-            f"{g} +{_f(d, 1)}" for g, d in diffs) + ". "
+            f"{g} +{_f(d, 1)}" for g, d in diffs) + "; no single function stands out, the cost is the layers. "
     text += _requests(r)
+    text += _split(data, r)
     text += _collector(r)
     text += (
-        "The floor only splits lines and `json.loads` each event; the runner also runs the adapter's "
-        "typed parse, the kit's event queue and translation, and a task step per event, which at this "
-        "load is where the difference goes. Within 1.2× would need the per-event path trimmed to about "
-        "one task step and one parse per event (see the latency note above)."
+        "The floor only splits lines and `json.loads` each event in one loop. Per event the runner "
+        "resumes a chain of async generators (the adapter's stream, its SSE-object reader, the kit's "
+        "SSE decoder loop), maps the object to a kit event, and runs the builder's delta policy. Within "
+        f"{LOAD_CPU_RATIO:g}× would need all three of: (a) the fixed part per run down as above, which means "
+        "less per-run setup in the kit and the SDK's per-invocation API (it deep-copies the run's resources "
+        "for every run); (b) a push-style per-event path: the reading task feeding the SSE decoder and "
+        "passing each object through the adapter's mapping into the builder in one loop, with no generator "
+        "between the socket and the builder (an adapter interface change for all nine HTTP plugins); and "
+        "(c) about as many live objects per run as the floor, so the collector runs as often as the "
+        "floor's. The host's run context (its pydantic models) is part of every run and cannot go."
     )
     return text
 
@@ -308,7 +363,7 @@ def notes(data: dict[str, Any]) -> str:
             if r["runner"]["latency_ms"]["p99"] > 2.0 * flo_p99:
                 out.append(_scale_latency(r))
         if "concurrency-cpu" in missed and r["n"] >= 1000 and (r["runner"].get("cpu_ratio") or 0) > 1.2:
-            out.append(_scale_cpu(r))
+            out.append(_scale_cpu(data, r))
     for c in s.get("concurrency", []):
         done = [
             r

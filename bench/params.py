@@ -30,6 +30,9 @@ class Params:
     cpu_patterns: list[CpuPattern] = field(
         default_factory=lambda: [CpuPattern("paced", 400, 0.001, 3), CpuPattern("burst", 2000, 0.0, 5)]
     )
+    # 3b. fixed per-run vs per-event CPU, one run at a time: runs per batch of the 1-token and the
+    # conc_tokens answers (the two points of the fit)
+    split_runs: int = 150
     # 4. concurrency
     conc_ns: tuple[int, ...] = (50, 200, 500, 1000)
     # 6-second answers (longer than the kit's 5 s wait for a free pooled connection), sparse enough
@@ -53,6 +56,7 @@ class Params:
             paced_delay=0.01,
             sweep_rates=(0.0, 50.0),
             cpu_rounds=2,
+            split_runs=20,
             cpu_patterns=[CpuPattern("paced", 150, 0.001, 2), CpuPattern("burst", 1000, 0.0, 3)],
             conc_ns=(50,),
             conc_tokens=10,

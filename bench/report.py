@@ -198,6 +198,37 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _split_table(cpu: list[dict[str, Any]]) -> list[str]:
+    """Section 3b: each side's fixed CPU per run and CPU per upstream event, one run at a time."""
+    rows = []
+    for c in cpu:
+        sp = c.get("split")
+        if not sp:
+            continue
+        one, full = sp["points"]
+        e = full["events_per_run"]
+        rows.append([
+            c["plugin"], f"{sp['runs']} × {sp['rounds']}",
+            f"{_f(one['runner_us_per_run'], 0)} / {_f(one['floor_us_per_run'], 0)}",
+            f"{_f(full['runner_us_per_run'], 0)} / {_f(full['floor_us_per_run'], 0)} ({e} events)",
+            f"{_f(sp['runner']['fixed_us'], 0)} / {_f(sp['floor']['fixed_us'], 0)}",
+            f"{_f(sp['runner']['per_event_us'], 1)} / {_f(sp['floor']['per_event_us'], 1)}",
+            _f(full["runner_us_per_run"] / full["floor_us_per_run"]) if full["floor_us_per_run"] else "–",
+            "yes" if one["correct"] and full["correct"] else "**no**",
+        ])  # fmt: skip
+    if not rows:
+        return []
+    return [
+        "",
+        "Fixed and per-event CPU, one run at a time (runner / floor): CPU per run for a 1-token answer and "
+        "for the concurrency section's answer sent at once; the two points give each side's fixed cost per "
+        "run (context, config, invoke, request, results) and its cost per upstream event.",
+        "",
+        _table(["Plugin", "Runs × rounds", "µs/run, 1 token", "µs/run, full answer", "Fixed µs/run",
+                "µs/event", "Ratio, full answer", "Correct"], rows),
+    ]
+
+
 def _table(head: list[str], rows: list[list[Any]]) -> str:
     out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -356,6 +387,7 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
                  "Floor µs/event", "Ratio", "Correct"],
                 rows,
             ),
+            *_split_table(s["cpu"]),
             *prof_parts,
         ]  # fmt: skip
     if s.get("concurrency"):

@@ -10,6 +10,7 @@ import asyncio
 import cProfile
 import gc
 import json
+import math
 import os
 import pstats
 import subprocess
@@ -316,13 +317,62 @@ async def cpu(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = Tru
             row["profile_us_per_event"] = prof
         rows.append(row)
         srv.marks()
+    split = await run_split(entry, srv, p, runner, host, config)
     srv.stream(p.cpu_patterns[0].tokens, 0.0, prefix="cpu-probe-")
     probe = await sniffio_probe(
         lambda i: runner_turn(runner, host, config, f"cpu-probe-r{i}", keep=False),
         lambda i: floor_turn(entry, srv.base_url, f"cpu-probe-f{i}"),
     )
     srv.marks()
-    return {"plugin": entry.plugin, "rows": rows, "sniffio_probe": probe}
+    return {"plugin": entry.plugin, "rows": rows, "split": split, "sniffio_probe": probe}
+
+
+async def run_split(entry: HttpPlugin, srv: FakeServer, p: Params, runner: Any, host: Any,
+                    config: dict[str, Any]) -> dict[str, Any]:
+    """CPU per run, one run at a time, for a 1-token answer and for the concurrency section's answer
+    (``conc_tokens``, sent at once), runner and floor alternating: the two points give each side's
+    fixed cost per run and its cost per upstream event. At a few dozen events per run the fixed
+    part (context, config, invoke, request, results) weighs as much as the stream itself."""
+    points = []
+    for n_tok in (1, p.conc_tokens):
+        prefix = f"cpu-split{n_tok}-"
+        srv.stream(n_tok, 0.0, prefix=prefix)
+        expected = answer(n_tok)
+        seq = iter(range(10**9))
+
+        async def run_r(i: int, prefix: str = prefix, seq: Any = seq) -> Turn:
+            return await runner_turn(runner, host, config, f"{prefix}r{next(seq)}", keep=False)
+
+        async def run_f(i: int, prefix: str = prefix, seq: Any = seq) -> Turn:
+            return await floor_turn(entry, srv.base_url, f"{prefix}f{next(seq)}", timed=False)
+
+        await _timed(run_r, 5)
+        await _timed(run_f, 5)
+        r_us, f_us = [], []
+        correct = True
+        events = 0
+        for rnd in range(p.cpu_rounds):
+            order = (run_f, run_r) if rnd % 2 else (run_r, run_f)
+            spent = {}
+            for fn in order:
+                c, turns = await _timed(fn, p.split_runs)
+                correct = correct and all(_check(t, expected) for t in turns)
+                spent[fn] = c
+                if fn is run_f:
+                    events = sum(t.events for t in turns) // p.split_runs
+            r_us.append(spent[run_r] / p.split_runs * 1e6)
+            f_us.append(spent[run_f] / p.split_runs * 1e6)
+        points.append({"tokens": n_tok, "events_per_run": events, "correct": correct,
+                       "runner_us_per_run": median(r_us), "floor_us_per_run": median(f_us)})
+        srv.marks()
+    one, full = points
+    span = full["events_per_run"] - one["events_per_run"]
+    fit = {}
+    for side in ("runner", "floor"):
+        per_event = (full[f"{side}_us_per_run"] - one[f"{side}_us_per_run"]) / span if span > 0 else math.nan
+        fit[side] = {"per_event_us": per_event,
+                     "fixed_us": one[f"{side}_us_per_run"] - per_event * one["events_per_run"]}
+    return {"points": points, "runs": p.split_runs, "rounds": p.cpu_rounds, **fit}
 
 
 async def sniffio_probe(run_r: Any, run_f: Any, k: int = 5) -> dict[str, Any]:

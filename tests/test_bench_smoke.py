@@ -56,3 +56,24 @@ def test_cpu_note_splits_out_the_cycle_collector() -> None:
     assert "full collections 8 taking 1.50 s against 4 taking 0.50 s" in text
     # results measured before the collector was timed say nothing about it
     assert _collector({"runner": {"cpu_s": 12.0}, "floor": {"cpu_s": 10.0}}) == ""
+
+
+def test_cpu_note_says_how_far_the_extra_per_run_is_from_the_target() -> None:
+    from bench.notes import _split
+
+    row = {
+        "plugin": "dify-agent", "n": 1000, "events": 41_000,
+        "runner": {"cpu_s": 7.3, "cpu_ratio": 1.35, "gc_s": [0.5, 0.3, 0.6]},
+        "floor": {"cpu_s": 5.4, "gc_s": [0.4, 0.1, 0.2]},
+    }  # fmt: skip
+    split = {"runner": {"fixed_us": 1400.0, "per_event_us": 23.0}, "floor": {"fixed_us": 700.0, "per_event_us": 15.0}}
+    data = {"sections": {"cpu": [{"plugin": "dify-agent", "split": split}]}}
+    text = _split(data, row)
+    # (7.3 - 5.4) s over 1,000 runs; 0.2 × 5.4 ms allowed; the collector's (1.4 - 0.7) s
+    assert "spends 1.90 ms more CPU than the floor; ≤ 1.2× allows 1.08 ms" in text
+    assert "excess alone is 0.70 ms" in text
+    # one at a time: 700 µs fixed, 41 × 8 µs per event, (1400 + 943) / (700 + 615)
+    assert "700 µs is fixed per run" in text and "328 µs is per event" in text
+    assert "the ratio is 1.8×" in text
+    # without the one-at-a-time split (an older results.json) the load figures stand alone
+    assert "One run at a time" not in _split({"sections": {}}, row)

@@ -31,6 +31,11 @@ from acp_agent_runner.errors import map_request_error  # noqa: E402
 
 AGENTS = ("codex-acp", "claude-code-acp", "acp-echo-agent")
 ALL = sorted((a, p.stem) for a in AGENTS for p in real_peer_fixtures(a).glob("*.jsonl"))
+# every test here replays the shared captures: without them (a clone not beside ../shared) say so
+pytestmark = pytest.mark.skipif(
+    not all(real_peer_fixtures(a).is_dir() for a in AGENTS),
+    reason=f"real-peer fixtures not found under {real_peer_fixtures('').parent}",
+)
 
 
 def _adapter(mode: str = "workspace-write", workspace: str = "/srv/peers/work") -> ACPAdapter:
