@@ -295,16 +295,15 @@ def _scale_cpu(data: dict[str, Any], r: dict[str, Any]) -> str:
     text += _split(data, r)
     text += _collector(r)
     text += (
-        "The floor only splits lines and `json.loads` each event in one loop. Per event the runner "
+        "The floor only splits lines and `json.loads` each event in one loop; per event the runner "
         "resumes a chain of async generators (the adapter's stream, its SSE-object reader, the kit's "
-        "SSE decoder loop), maps the object to a kit event, and runs the builder's delta policy. Within "
-        f"{LOAD_CPU_RATIO:g}× would need all three of: (a) the fixed part per run down as above, which means "
-        "less per-run setup in the kit and the SDK's per-invocation API (it deep-copies the run's resources "
-        "for every run); (b) a push-style per-event path: the reading task feeding the SSE decoder and "
-        "passing each object through the adapter's mapping into the builder in one loop, with no generator "
-        "between the socket and the builder (an adapter interface change for all nine HTTP plugins); and "
-        "(c) about as many live objects per run as the floor, so the collector runs as often as the "
-        "floor's. The host's run context (its pydantic models) is part of every run and cannot go."
+        "SSE decoder loop), maps the object to a kit event and runs the builder's delta policy. Within "
+        f"{LOAD_CPU_RATIO:g}× needs the extra per run down to the allowance above, from the three pieces in "
+        "the sizes given: the collector's excess (fewer live objects per run in flight), the fixed part "
+        "per run (less per-run setup in the kit, and in the SDK's per-invocation API, which deep-copies "
+        "the run's resources for every run) and the per-event part (one loop from the socket to the "
+        "builder instead of the generator chain). The host's run context (its pydantic models) is part "
+        "of every run and cannot go."
     )
     return text
 
