@@ -290,7 +290,9 @@ def _scale_cpu(data: dict[str, Any], r: dict[str, Any]) -> str:
             key=lambda kv: -kv[1],
         )[:4]
         text += "Largest differences in the profile (µs per event, profiled): " + ", ".join(
-            f"{g} +{_f(d, 1)}" for g, d in diffs) + "; no single function stands out, the cost is the layers. "
+            f"{g} +{_f(d, 1)}" for g, d in diffs) + (
+            "; no single function of the kit stands out, the cost is the layers. " if diffs and
+            diffs[0][0] == "runner_kit (kit)" else ". ")
     text += _requests(r)
     text += _split(data, r)
     text += _collector(r)
