@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .sections import LOAD_CPU_RATIO
+from .report import SCALE_CPU_RATIO
 
 
 def _f(x: float, nd: int = 1) -> str:
@@ -251,10 +251,10 @@ def _split(data: dict[str, Any], r: dict[str, Any]) -> str:
         return ""
     e = r["events"] / r["n"]
     extra_ms = (run["cpu_s"] - flo["cpu_s"]) / r["n"] * 1e3
-    allowed_ms = (LOAD_CPU_RATIO - 1) * flo["cpu_s"] / r["n"] * 1e3
+    allowed_ms = (SCALE_CPU_RATIO - 1) * flo["cpu_s"] / r["n"] * 1e3
     text = (
         f"Per run at this load the runner spends {_f(extra_ms, 2)} ms more CPU than the floor; "
-        f"≤ {LOAD_CPU_RATIO:g}× allows {_f(allowed_ms, 2)} ms. "
+        f"≤ {SCALE_CPU_RATIO:g}× allows {_f(allowed_ms, 2)} ms. "
     )
     if run.get("gc_s") and flo.get("gc_s"):
         gc_ms = (sum(run["gc_s"]) - sum(flo["gc_s"])) / r["n"] * 1e3
@@ -300,7 +300,7 @@ def _scale_cpu(data: dict[str, Any], r: dict[str, Any]) -> str:
         "The floor only splits lines and `json.loads` each event in one loop; per event the runner "
         "resumes a chain of async generators (the adapter's stream, its SSE-object reader, the kit's "
         "SSE decoder loop), maps the object to a kit event and runs the builder's delta policy. Within "
-        f"{LOAD_CPU_RATIO:g}× needs the extra per run down to the allowance above, from the three pieces in "
+        f"{SCALE_CPU_RATIO:g}× needs the extra per run down to the allowance above, from the three pieces in "
         "the sizes given: the collector's excess (fewer live objects per run in flight), the fixed part "
         "per run (less per-run setup in the kit, and in the SDK's per-invocation API, which deep-copies "
         "the run's resources for every run) and the per-event part (one loop from the socket to the "
@@ -363,7 +363,7 @@ def notes(data: dict[str, Any]) -> str:
             flo_p99 = r["floor"]["latency_ms"]["p99"]
             if r["runner"]["latency_ms"]["p99"] > 2.0 * flo_p99:
                 out.append(_scale_latency(r))
-        if "concurrency-cpu" in missed and r["n"] >= 1000 and (r["runner"].get("cpu_ratio") or 0) > 1.2:
+        if "concurrency-cpu" in missed and r["n"] >= 1000 and (r["runner"].get("cpu_ratio") or 0) > SCALE_CPU_RATIO:
             out.append(_scale_cpu(data, r))
     for c in s.get("concurrency", []):
         done = [

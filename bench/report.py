@@ -13,7 +13,7 @@ RSS_MB = 300.0
 SCALE_N = 1000
 SCALE_RSS_MB = 150.0
 SCALE_P99_RATIO = 2.0  # runner's added p99 per delta / the floor's p99
-SCALE_CPU_RATIO = 1.2  # CPU per event / the floor's, at that load
+SCALE_CPU_RATIO = 1.2  # CPU per event / the floor's, at that load (a profile is taken above it)
 
 MET, MISSED, NA = "met", "**missed**", "n/a"
 

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from runner_kit.http import POOL_LIMITS, close_shared_client
@@ -28,6 +29,7 @@ from .common import answer, median, pct, prefix_lengths, rtype, tokens, tokens_i
 from .drive import Turn, floor_turn, load_runner, runner_turn
 from .params import Params
 from .registry import CODING_AGENTS, IN_PROCESS_AGENTS, HttpPlugin, InProcessAgent
+from .report import SCALE_CPU_RATIO
 from .server import ROOT, FakeServer
 
 
@@ -210,6 +212,43 @@ async def _timed(fn: Any, k: int) -> tuple[float, list[Turn]]:
     return time.process_time() - c0, turns
 
 
+def _turns(entry: HttpPlugin, srv: FakeServer, runner: Any, host: Any, config: dict[str, Any],
+           prefix: str) -> tuple[Any, Any]:
+    """One runner turn and one floor turn on the streams under ``prefix``, each on a key of its own."""
+    seq = iter(range(10**9))
+
+    async def run_r(i: int) -> Turn:
+        return await runner_turn(runner, host, config, f"{prefix}r{next(seq)}", keep=False)
+
+    async def run_f(i: int) -> Turn:
+        return await floor_turn(entry, srv.base_url, f"{prefix}f{next(seq)}", timed=False)
+
+    return run_r, run_f
+
+
+@dataclass
+class _Rounds:
+    runner_s: list[float]  # CPU seconds of each round's runner batch
+    floor_s: list[float]  # and of its floor batch
+    events: int  # upstream events in one batch (the floor counts them; the same bytes reach both)
+    correct: bool  # every turn of every batch gave the expected answer
+
+
+async def _alternate(run_r: Any, run_f: Any, runs: int, rounds: int, expected: str) -> _Rounds:
+    """``rounds`` pairs of ``runs``-turn batches, runner first in even rounds and floor first in odd ones."""
+    out = _Rounds([], [], 0, True)
+    for rnd in range(rounds):
+        for fn in (run_f, run_r) if rnd % 2 else (run_r, run_f):
+            spent, turns = await _timed(fn, runs)
+            out.correct = out.correct and all(_check(t, expected) for t in turns)
+            if fn is run_f:
+                out.floor_s.append(spent)
+                out.events = sum(t.events for t in turns)
+            else:
+                out.runner_s.append(spent)
+    return out
+
+
 _GROUPS = (
     ("runner_kit/", "runner_kit (kit)"),
     ("_agent/", "plugin adapter"),  # every plugin's own package (coze_agent/, n8n_agent/, ...)
@@ -263,32 +302,14 @@ async def cpu(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = Tru
     rows = []
     for pat in p.cpu_patterns:
         srv.stream(pat.tokens, pat.delay, prefix=f"cpu-{pat.name}-")
-        expected = answer(pat.tokens)
-        seq = iter(range(10**9))
-
-        async def run_r(i: int, name: str = pat.name, seq: Any = seq) -> Turn:
-            return await runner_turn(runner, host, config, f"cpu-{name}-r{next(seq)}", keep=False)
-
-        async def run_f(i: int, name: str = pat.name, seq: Any = seq) -> Turn:
-            return await floor_turn(entry, srv.base_url, f"cpu-{name}-f{next(seq)}", timed=False)
-
+        run_r, run_f = _turns(entry, srv, runner, host, config, f"cpu-{pat.name}-")
         await run_r(0)
         await run_f(0)
-        ratios, r_us, f_us = [], [], []
-        correct = True
-        events = 0
-        for rnd in range(p.cpu_rounds):
-            if rnd % 2:
-                fc, fturns = await _timed(run_f, pat.runs)
-                rc, rturns = await _timed(run_r, pat.runs)
-            else:
-                rc, rturns = await _timed(run_r, pat.runs)
-                fc, fturns = await _timed(run_f, pat.runs)
-            correct = correct and all(_check(t, expected) for t in rturns + fturns)
-            events = sum(t.events for t in fturns)  # the same bytes reach both clients
-            ratios.append(rc / fc)
-            r_us.append(rc / events * 1e6)
-            f_us.append(fc / events * 1e6)
+        rounds = await _alternate(run_r, run_f, pat.runs, p.cpu_rounds, answer(pat.tokens))
+        events, correct = rounds.events, rounds.correct
+        ratios = [rc / fc for rc, fc in zip(rounds.runner_s, rounds.floor_s, strict=True)]
+        r_us = [rc / events * 1e6 for rc in rounds.runner_s]
+        f_us = [fc / events * 1e6 for fc in rounds.floor_s]
         row: dict[str, Any] = {
             "plugin": entry.plugin,
             "pattern": pat.name,
@@ -337,33 +358,14 @@ async def run_split(entry: HttpPlugin, srv: FakeServer, p: Params, runner: Any, 
     for n_tok in (1, p.conc_tokens):
         prefix = f"cpu-split{n_tok}-"
         srv.stream(n_tok, 0.0, prefix=prefix)
-        expected = answer(n_tok)
-        seq = iter(range(10**9))
-
-        async def run_r(i: int, prefix: str = prefix, seq: Any = seq) -> Turn:
-            return await runner_turn(runner, host, config, f"{prefix}r{next(seq)}", keep=False)
-
-        async def run_f(i: int, prefix: str = prefix, seq: Any = seq) -> Turn:
-            return await floor_turn(entry, srv.base_url, f"{prefix}f{next(seq)}", timed=False)
-
+        run_r, run_f = _turns(entry, srv, runner, host, config, prefix)
         await _timed(run_r, 5)
         await _timed(run_f, 5)
-        r_us, f_us = [], []
-        correct = True
-        events = 0
-        for rnd in range(p.cpu_rounds):
-            order = (run_f, run_r) if rnd % 2 else (run_r, run_f)
-            spent = {}
-            for fn in order:
-                c, turns = await _timed(fn, p.split_runs)
-                correct = correct and all(_check(t, expected) for t in turns)
-                spent[fn] = c
-                if fn is run_f:
-                    events = sum(t.events for t in turns) // p.split_runs
-            r_us.append(spent[run_r] / p.split_runs * 1e6)
-            f_us.append(spent[run_f] / p.split_runs * 1e6)
-        points.append({"tokens": n_tok, "events_per_run": events, "correct": correct,
-                       "runner_us_per_run": median(r_us), "floor_us_per_run": median(f_us)})
+        rounds = await _alternate(run_r, run_f, p.split_runs, p.cpu_rounds, answer(n_tok))
+        points.append({"tokens": n_tok, "events_per_run": rounds.events // p.split_runs,
+                       "correct": rounds.correct,
+                       "runner_us_per_run": median(rounds.runner_s) / p.split_runs * 1e6,
+                       "floor_us_per_run": median(rounds.floor_s) / p.split_runs * 1e6})
         srv.marks()
     one, full = points
     span = full["events_per_run"] - one["events_per_run"]
@@ -450,7 +452,6 @@ def delta_latencies(
 
 
 CONC_MODES = ("runner", "sdk", "kit", "floor")
-LOAD_CPU_RATIO = 1.2  # the CPU-per-event target at the largest N: a profile is taken above it
 
 
 def _worker(entry: HttpPlugin, srv: FakeServer, p: Params, n: int, mode: str, tag: str,
@@ -528,7 +529,7 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = T
             row[mode]["cpu_us_per_event"] = row[mode]["cpu_s"] / events * 1e6 if events else None
             row[mode]["cpu_ratio"] = row[mode]["cpu_s"] / flo_cpu if flo_cpu else None
         row["added_p99_ms"] = row["runner"]["latency_ms"]["p99"] - row["floor"]["latency_ms"]["p99"]
-        if profile and n == max(p.conc_ns) and (row["runner"]["cpu_ratio"] or 0) > LOAD_CPU_RATIO and events:
+        if profile and n == max(p.conc_ns) and (row["runner"]["cpu_ratio"] or 0) > SCALE_CPU_RATIO and events:
             row["profile_us_per_event"] = {
                 mode: {k: v / events for k, v in
                        (_worker(entry, srv, p, n, mode, f"ccp{n}{mode}", profile=True)["profile_us"] or {}).items()}
