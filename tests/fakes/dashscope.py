@@ -187,7 +187,7 @@ class FakeDashScope(PlatformFake):
         except (_Aborted, ConnectionError):
             await resp.abort()
         finally:
-            session.turns.append((str(inp.get("prompt") or ""), run.answer))
+            run.record_turn()  # a stream cut short keeps what it had said
 
     def _auth(self, req: Request) -> str:
         scheme, _, token = req.headers.get("authorization", "").partition(" ")
@@ -283,6 +283,9 @@ class FakeDashScope(PlatformFake):
                 await run.sleep(s.token_delay)
         if not tokens:
             await self._after_first(run)
+        # the session holds the turn before the finishing event goes out, as the service's does: a
+        # client that reads that event and asks again at once must find it
+        run.record_turn()
         await self._chunk(run, "", flow_mode, last=True)
         await run.resp.end()
 
@@ -375,6 +378,13 @@ class _Run:
         self.answer = ""
         self.emitted = 0
         self.seq = 0
+        self.recorded = False
+
+    def record_turn(self) -> None:
+        """Put this turn into its session's history, once."""
+        if not self.recorded:
+            self.recorded = True
+            self.session.turns.append((str(self.inp.get("prompt") or ""), self.answer))
 
     async def block(self, payload: bytes) -> None:
         if self.s.split:
