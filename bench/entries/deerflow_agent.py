@@ -1,13 +1,12 @@
 """DeerFlowAgent benchmark entry: the loopback fake DeerFlow (nginx root, LF framing, ``end``)
 streaming ``/api/langgraph/threads/{id}/runs/stream``.
 
-Each token is one ``messages`` event whose data is ``[AIMessageChunk, metadata]``; the bare floor
-streams into a new thread id with ``if_not_exists: "create"`` (one request), where the runner
-creates its thread first (``POST /threads`` with LangBot's metadata, then the stream)."""
+Each token is one ``messages`` event whose data is ``[AIMessageChunk, metadata]``. DeerFlow (since
+2.0-rc) refuses a run on a thread it does not track (404), so a new conversation needs its thread
+created first (``POST /threads``), by the bare floor as by the runner: two requests each."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from bench.registry import HttpPlugin
@@ -46,14 +45,22 @@ def _config(base_url: str) -> dict[str, Any]:
     return {"api-base": base_url, "api-key": _KEY}
 
 
-def _floor_request(base_url: str, text: str) -> dict[str, Any]:
+def _floor_request(base_url: str, text: str, thread_id: str = "") -> dict[str, Any]:
     return {
         "method": "POST",
-        "url": f"{base_url}/api/langgraph/threads/{uuid.uuid4()}{_STREAM}",  # a thread per run: never busy
+        "url": f"{base_url}/api/langgraph/threads/{thread_id}{_STREAM}",
         "headers": {"Authorization": f"Bearer {_KEY}"},
         "json": {"assistant_id": "lead_agent", "input": {"messages": [{"role": "user", "content": text}]},
-                 "stream_mode": ["messages-tuple"], "if_not_exists": "create"},
+                 "stream_mode": ["messages-tuple"]},
     }
+
+
+async def _floor_prepare(client: Any, base_url: str, text: str) -> dict[str, Any]:
+    """A new conversation's thread (one per run: never busy), created as DeerFlow requires."""
+    resp = await client.post(f"{base_url}/api/langgraph/threads", headers={"Authorization": f"Bearer {_KEY}"},
+                             json={})
+    resp.raise_for_status()
+    return _floor_request(base_url, text, resp.json()["thread_id"])
 
 
 def _floor_token(obj: Any) -> str | None:
@@ -72,4 +79,5 @@ ENTRY = HttpPlugin(
     floor_request=_floor_request,
     wire="sse",
     floor_token=_floor_token,
+    floor_prepare=_floor_prepare,
 )

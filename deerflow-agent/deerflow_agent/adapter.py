@@ -340,7 +340,8 @@ class DeerFlowAdapter(Adapter):
             messages = data.get("messages") if isinstance(data.get("messages"), list) else []
             if st.before is None:
                 st.before = {str(m["id"]) for m in messages if isinstance(m, dict) and m.get("id")}
-                # DeerFlow restarts a missing thread empty where LangGraph says 404: notice it here
+                # DeerFlow before 2.0-rc restarted a missing thread empty where LangGraph (and DeerFlow
+                # since) says 404: notice it here
                 deerflow = self.prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX)
                 if st.check_kept and deerflow and "messages" in data and len(messages) <= 1:
                     out += self._thread_lost()
@@ -361,8 +362,8 @@ class DeerFlowAdapter(Adapter):
         return out
 
     def _thread_lost(self) -> list[ev.Event]:
-        """The kept thread came back empty: DeerFlow starts a missing thread afresh instead of
-        answering 404, so the earlier conversation is gone; say so like a fresh session."""
+        """The kept thread came back empty: DeerFlow before 2.0-rc started a missing thread afresh
+        instead of answering 404, so the earlier conversation is gone; say so like a fresh session."""
         log.info("%s: the kept thread %s had no history; it was started afresh", self.platform, self.thread_id)
         cfg = self.env.config
         if cfg.get("session-reset-notice") is False:

@@ -12,10 +12,10 @@ Every HTTP cell keeps the shared default. Notes on the mapping:
   ``upstream.unavailable``. A graph's own exception (``ValueError``) is ``upstream.error``, not
   retryable (plugin tests).
 
-No ``forget_sessions``: the DeerFlow gateway never says a thread is gone — a run on a thread it does
-not have creates it (``if_not_exists`` is always ``create``), so the fresh-session cell cannot see a
-new thread id. The plugin notices the kept thread came back empty and announces it (plugin tests);
-the 404 → fresh thread path of a plain LangGraph server is tested there too.
+``forget_sessions``: the DeerFlow gateway (since 2.0-rc) answers a run on a thread it no longer
+tracks with 404 ``Thread <id> not found``, so the fresh-session cell sees a new thread id. The older
+gateway, which started such a thread again empty instead, is in the plugin tests (the plugin
+notices the empty thread and announces it), as is the 404 of a plain LangGraph server.
 
 The credential is a full ``auth-header`` (``Bearer <token>``): DeerFlow runs without authentication by
 default, so no key is required and a blank one is not ``config.missing``. ``usage`` is the sum of the
@@ -100,6 +100,7 @@ def cases() -> list[PluginCase]:
             stall=stall,
             think=think,
             seen=seen,
+            forget_sessions=lambda srv: srv.forget_conversations(),
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},

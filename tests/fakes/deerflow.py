@@ -8,8 +8,11 @@ Two flavours (``flavor``):
   ``data: null``, errors ``{"name", "message"}``, strict run validation (unknown fields → 422,
   ``stream_mode`` only values/messages-tuple/updates/debug/tasks/checkpoints/custom), Bearer auth
   (a personal access token) unless ``auth_disabled``, ``POST /api/threads/{id}/uploads``. As the
-  real gateway: a run on an unknown thread creates it (``if_not_exists`` is always ``create``), every
-  ``assistant_id`` runs the lead agent (another name is a custom agent; one with other characters is
+  real gateway since 2.0-rc (``runs/stream`` is ``require_permission(..., require_existing=True)``
+  in ``app/gateway/routers/thread_runs.py``): a run on a thread it does not track is 404
+  ``Thread <id> not found``, so a client creates the thread first (``creates_unknown_threads``
+  models the gateway of 2026-03-30..04-08, which created it instead; uploads never need the thread
+  to exist); every ``assistant_id`` runs the lead agent (another name is a custom agent; one with other characters is
   refused), an unknown ``context.model_name`` is 400, JSON uses Python's default separators.
 - ``langgraph`` — ``langgraph dev``: the API at the root, CRLF framing, heartbeats, the stream just
   ends (no ``end``), errors ``{"error", "message"}``, ``x-api-key`` auth when keys are set, mode
@@ -112,6 +115,8 @@ class FakeDeerFlow(FakeHTTPServer):
         self.clarification: dict[str, Any] | None = None  # the model calls ask_clarification
         self.fail_with: tuple[str, str] | None = None  # an error event (exception name, message) after the tokens
         self.heartbeat_interval = 5.0
+        # DeerFlow before 2.0-rc: a run on an unknown thread created it (empty) instead of a 404
+        self.creates_unknown_threads = False
         self._fault: str | None = None
         self.fault_queue: list[str | None] = []
         self.stall_seconds = 3600.0
@@ -152,8 +157,9 @@ class FakeDeerFlow(FakeHTTPServer):
         return "/api/langgraph" if self.flavor == "deerflow" else ""
 
     def forget_conversations(self) -> None:
-        """Every thread is gone (deleted, or an in-memory server restarted). LangGraph then answers a
-        run on one with 404; DeerFlow silently starts it again, empty."""
+        """Every thread is gone (deleted, or an in-memory server restarted). A run on one is then 404
+        (LangGraph: ``Thread or assistant not found.``, DeerFlow: ``Thread <id> not found``); with
+        ``creates_unknown_threads`` DeerFlow silently starts it again, empty."""
         self.threads.clear()
 
     def stream_requests(self) -> list[Request]:
@@ -321,6 +327,11 @@ class FakeDeerFlow(FakeHTTPServer):
         thread = self.threads.get(tid)
         assistant = str(body["assistant_id"])
         if self.flavor == "deerflow":
+            if thread is None and self.creates_unknown_threads:  # (if_not_exists is always "create")
+                thread = self.threads[tid] = Thread(tid, dict(body.get("metadata") or {}))
+            elif thread is None:  # the route's owner check, after the body parsed and before the run starts
+                await self._detail(resp, 404, f"Thread {tid} not found")
+                return
             agent = assistant.strip().lower().replace("_", "-")
             if not agent or any(c not in "abcdefghijklmnopqrstuvwxyz0123456789-" for c in agent):
                 await self._detail(resp, 422, f"Invalid assistant_id {assistant!r}: must contain only letters, "
@@ -330,8 +341,6 @@ class FakeDeerFlow(FakeHTTPServer):
             if model and model not in self.models:
                 await self._detail(resp, 400, f"Model {model!r} is not in the configured model allowlist")
                 return
-            if thread is None:  # DeerFlow creates a missing thread (if_not_exists is always "create")
-                thread = self.threads[tid] = Thread(tid, dict(body.get("metadata") or {}))
         elif assistant not in self.assistants:
             if not _is_uuid(assistant):
                 graphs = ", ".join(sorted(self.assistants))
@@ -340,6 +349,10 @@ class FakeDeerFlow(FakeHTTPServer):
             else:
                 await self._detail(resp, 404, MISSING)
             return
+        elif thread is None and body.get("if_not_exists") == "create":
+            # LangGraph's Runs.put (which names the graph's assistant by its UUID where this keeps the name)
+            meta = {"graph_id": assistant, "assistant_id": assistant, **(body.get("metadata") or {})}
+            thread = self.threads[tid] = Thread(tid, meta)
         if thread is None:
             await self._detail(resp, 404, MISSING)
             return

@@ -122,8 +122,13 @@ def test_deerflow_validation_and_errors(srv):
     assert stream(srv, tid, body={**RUN, "bogus": 1}, headers=AUTH).status_code == 422
     assert stream(srv, tid, body={**RUN, "stream_resumable": True}, headers=AUTH).status_code == 422
     assert stream(srv, tid, body={"stream_mode": ["values"], "input": RUN["input"]}, headers=AUTH).status_code == 422
-    r = stream(srv, "00000000-0000-0000-0000-000000000000", headers=AUTH)
-    assert r.status_code == 200 and "00000000-0000-0000-0000-000000000000" in srv.threads, "created on the fly"
+    unknown = "00000000-0000-0000-0000-000000000000"
+    r = stream(srv, unknown, headers=AUTH)
+    assert (r.status_code, r.json()) == (404, {"detail": f"Thread {unknown} not found"}), "2.0-rc: create it first"
+    assert unknown not in srv.threads
+    srv.creates_unknown_threads = True  # the gateway before 2.0-rc
+    r = stream(srv, unknown, body={**RUN, "metadata": {"source": "x"}}, headers=AUTH)
+    assert r.status_code == 200 and srv.threads[unknown].metadata == {"source": "x"}, "created on the fly"
     r = stream(srv, tid, body={**RUN, "assistant_id": "my_researcher"}, headers=AUTH)
     assert r.status_code == 200, "another name is a custom agent"
     r = stream(srv, tid, body={**RUN, "assistant_id": "no such/agent"}, headers=AUTH)
@@ -132,6 +137,18 @@ def test_deerflow_validation_and_errors(srv):
     assert r.status_code == 400 and "allowlist" in r.json()["detail"]
     r = httpx.post(srv.root_url + "/threads", json={})
     assert (r.status_code, r.json()) == (404, {"detail": "Not Found"}), "no API at the nginx root itself"
+
+
+def test_langgraph_creates_an_unknown_thread_only_when_asked(lg):
+    """``if_not_exists: "create"`` makes the run's thread, with the run's metadata over the graph's
+    (langgraph-runtime-inmem ``Runs.put``); without it an unknown thread is 404."""
+    unknown = "00000000-0000-0000-0000-0000000000aa"
+    r = stream(lg, unknown)
+    assert (r.status_code, r.json()) == (404, {"detail": "Thread or assistant not found."})
+    r = stream(lg, unknown, body={**RUN, "if_not_exists": "create", "metadata": {"source": "langbot"}})
+    assert r.status_code == 200
+    assert lg.threads[unknown].metadata == {"graph_id": RUN["assistant_id"], "assistant_id": RUN["assistant_id"],
+                                            "source": "langbot"}
 
 
 def test_langgraph_errors_match_the_real_captures(lg):
@@ -239,8 +256,10 @@ def test_uploads(srv):
 def test_forget_conversations(srv, lg):
     tid = thread(srv, headers=AUTH)
     srv.forget_conversations()
+    assert stream(srv, tid, headers=AUTH).status_code == 404, "DeerFlow since 2.0-rc"
+    srv.creates_unknown_threads = True
     got = sse(stream(srv, tid, headers=AUTH).content, "\n")
-    assert [m["type"] for m in got[1][1]["messages"]] == ["human"], "DeerFlow: the same id, an empty thread"
+    assert [m["type"] for m in got[1][1]["messages"]] == ["human"], "DeerFlow before: the same id, an empty thread"
     tid = thread(lg)
     lg.forget_conversations()
     assert stream(lg, tid, body={**RUN, "assistant_id": "agent"}).status_code == 404

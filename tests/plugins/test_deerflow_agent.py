@@ -287,7 +287,9 @@ async def test_deleted_thread_starts_a_fresh_one_once(lg, host, runner):
 
 @pytest.mark.parametrize("notice", [True, False])
 async def test_deerflow_restarting_a_lost_thread_empty_is_announced(srv, host, runner, notice):
-    """DeerFlow does not say 404: it starts the missing thread again, empty, under the same id."""
+    """The gateway before 2.0-rc did not say 404: it started the missing thread again, empty, under
+    the same id."""
+    srv.creates_unknown_threads = True
     settings = {"advanced-settings": True, "session-reset-notice": notice}
     first = await run(runner, host, config=cfg(srv, **settings))
     await run(runner, host, config=cfg(srv, **settings))
@@ -514,6 +516,7 @@ async def test_a_lost_thread_is_noticed_in_the_first_run_after_a_restart(srv, ho
     notices the empty restarted thread."""
     import sys
 
+    srv.creates_unknown_threads = True
     first = await run(runner, host, config=cfg(srv))
     prefixes = sys.modules[type(runner).adapter.__module__]._PREFIXES
     assert prefixes[srv.root_url] == "/api/langgraph"
@@ -522,6 +525,33 @@ async def test_a_lost_thread_is_noticed_in_the_first_run_after_a_restart(srv, ho
     second = await run(runner, host, config=cfg(srv))
     assert final_text(second).startswith("(The previous conversation could not be continued")
     assert list(srv.threads) == [state_updates(first)[THREAD]]
+
+
+@pytest.mark.parametrize("restarted", [False, True])
+async def test_a_thread_deerflow_no_longer_tracks_starts_a_new_one_with_the_notice(srv, host, runner, restarted):
+    """DeerFlow since 2.0-rc answers a run on a thread it does not track (deleted, or its store
+    restarted) with 404 ``Thread <id> not found``: the runner creates a new thread, says so once,
+    and keeps the new one. In a new plugin process (no prefix remembered) that 404 is not taken for
+    a missing route: the prefix stays the DeerFlow one."""
+    import sys
+
+    first = await run(runner, host, config=cfg(srv))
+    old = state_updates(first)[THREAD]
+    prefixes = sys.modules[type(runner).adapter.__module__]._PREFIXES
+    if restarted:
+        del prefixes[srv.root_url]
+    srv.forget_conversations()
+    second = await run(runner, host, config=cfg(srv))
+    assert rtype(terminal(second)) == "run.completed", terminal(second).data
+    notice, _, answer = final_text(second).partition("\n\n")
+    assert answer == ANSWER and "could not be continued" in notice
+    new = state_updates(second)[THREAD]
+    assert new != old and list(srv.threads) == [new]
+    assert srv.threads[new].metadata["source"] == "langbot"
+    assert prefixes[srv.root_url] == "/api/langgraph"
+    third = await run(runner, host, config=cfg(srv))
+    assert final_text(third) == ANSWER and not state_updates(third), "the new thread goes on, no second notice"
+    assert [r.thread_id for r in srv.runs] == [old, new, new]
 
 
 async def test_a_remembered_prefix_that_no_longer_answers_is_probed_again(host, runner):
