@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .report import SCALE_CPU_RATIO
+from .report import SCALE_CPU_RATIO, rss_target
 
 
 def _f(x: float, nd: int = 1) -> str:
@@ -134,8 +134,12 @@ def _concurrency(data: dict[str, Any], r: dict[str, Any]) -> str:
             "kit-side remedy would be "
             "one retry of a request whose connection failed before any response byte arrived."
         )
-    if run["rss_peak_mb"] >= (150 if r["n"] >= 1000 else 300):
-        text = text.rstrip() + f" Peak RSS {_f(run['rss_peak_mb'], 0)} MB exceeds the target. "
+    if run["rss_peak_mb"] >= rss_target(r["n"]):
+        text = text.rstrip() + (
+            f" Peak RSS {_f(run['rss_peak_mb'], 0)} MB exceeds the target ({rss_target(r['n']):g} MB; the floor "
+            f"{_f(r['floor']['rss_peak_mb'], 0)} MB, both from {_f(run['rss_start_mb'], 0)} MB at the start). "
+        )
+        text += _memory(r)
         more = _requests(r)
         if more:
             text += more + (
@@ -145,6 +149,34 @@ def _concurrency(data: dict[str, Any], r: dict[str, Any]) -> str:
                 "requests in flight are the likely difference in memory; not measured apart in this run."
             )
     return text
+
+
+def _memory(r: dict[str, Any]) -> str:
+    """Where the runner's peak memory goes, from the memory-sampling batches (when taken)."""
+    mem = r.get("memory") or {}
+    run, flo = mem.get("runner") or {}, mem.get("floor") or {}
+    if not (run and flo):
+        return ""
+    n = r["n"]
+    over_kb = (r["runner"]["rss_peak_mb"] - rss_target(n)) * 1024 / n
+    grown_kb = (r["runner"]["rss_peak_mb"] - r["runner"]["rss_start_mb"]) * 1024 / n
+    flo_kb = (r["floor"]["rss_peak_mb"] - r["floor"]["rss_start_mb"]) * 1024 / n
+    rt, ft = run.get("types_per_run") or {}, flo.get("types_per_run") or {}
+    diffs = sorted(((k, rt.get(k, 0.0) - ft.get(k, 0.0)) for k in set(rt) | set(ft)), key=lambda kv: -kv[1])
+    top = ", ".join(f"{k} +{_f(d, 1)}" for k, d in diffs[:6] if d >= 0.5)
+    return (
+        f"Per run that is {_f(grown_kb, 1)} KB of RSS against the floor's {_f(flo_kb, 1)} KB. A batch of each "
+        "side that samples memory in use (every 0.5 s, at the moment Python had the most blocks allocated) "
+        f"counts, per run in flight, {_f(run['blocks_per_run'], 0)} allocated memory blocks and "
+        f"{_f(run['objects_per_run'], 0)} objects the cycle collector tracks for the runner, against "
+        f"{_f(flo['blocks_per_run'], 0)} and {_f(flo['objects_per_run'], 0)} for the floor; the largest "
+        f"differences per run, by type: {top or 'none above half an object'}. Those are the host's run "
+        "context (its pydantic models and their dicts), the SDK's per-invocation API with its deep copy of "
+        "the run's resources, and the run's chain of tasks, coroutines and async generators with their "
+        "frames and context managers; RSS above what is in use is what the allocator keeps after freeing "
+        f"(its high-water mark). Under the target needs about {_f(max(over_kb, 0.0), 1)} KB less per run in "
+        "flight, from those objects. "
+    )
 
 
 def _latency(r: dict[str, Any]) -> str:
@@ -350,7 +382,7 @@ def notes(data: dict[str, Any]) -> str:
     for c in s.get("concurrency", []):
         if c["rows"]:
             r = max(c["rows"], key=lambda x: x["n"])
-            if r["runner"]["ok"] < r["n"] or r["runner"]["rss_peak_mb"] >= (150 if r["n"] >= 1000 else 300):
+            if r["runner"]["ok"] < r["n"] or r["runner"]["rss_peak_mb"] >= rss_target(r["n"]):
                 out.append(_concurrency(data, r))
     for c in s.get("connections", []):
         if c["runner_connections"] > c["pool_keepalive"]:

@@ -29,7 +29,7 @@ from .common import answer, median, pct, prefix_lengths, rtype, tokens, tokens_i
 from .drive import Turn, floor_turn, load_runner, runner_turn
 from .params import Params
 from .registry import CODING_AGENTS, IN_PROCESS_AGENTS, HttpPlugin, InProcessAgent
-from .report import SCALE_CPU_RATIO
+from .report import SCALE_CPU_RATIO, rss_target
 from .server import ROOT, FakeServer
 
 
@@ -455,7 +455,7 @@ CONC_MODES = ("runner", "sdk", "kit", "floor")
 
 
 def _worker(entry: HttpPlugin, srv: FakeServer, p: Params, n: int, mode: str, tag: str,
-            profile: bool = False) -> dict[str, Any]:
+            profile: bool = False, memprofile: bool = False) -> dict[str, Any]:
     """One batch of ``n`` concurrent runs in a fresh ``bench.worker`` process."""
     with tempfile.TemporaryDirectory() as tmp:
         out_path = os.path.join(tmp, "out.json")
@@ -465,6 +465,7 @@ def _worker(entry: HttpPlugin, srv: FakeServer, p: Params, n: int, mode: str, ta
                 "--base-url", srv.base_url, "--mode", mode, "--n", str(n),
                 "--tokens", str(p.conc_tokens), "--tag", tag, "--out", out_path,
                 *(["--profile"] if profile else []),
+                *(["--memprofile"] if memprofile else []),
             ],
             cwd=ROOT, capture_output=True, text=True, timeout=900,
         )  # fmt: skip
@@ -535,6 +536,11 @@ def concurrency(entry: HttpPlugin, srv: FakeServer, p: Params, profile: bool = T
                        (_worker(entry, srv, p, n, mode, f"ccp{n}{mode}", profile=True)["profile_us"] or {}).items()}
                 for mode in ("runner", "floor")
             }  # fmt: skip
+            srv.marks()
+        if profile and n == max(p.conc_ns) and row["runner"]["rss_peak_mb"] >= rss_target(n):
+            # where the memory goes: a batch of each side that samples what is in use (slower)
+            row["memory"] = {mode: _worker(entry, srv, p, n, mode, f"ccm{n}{mode}", memprofile=True)["memory"]
+                             for mode in ("runner", "floor")}  # fmt: skip
             srv.marks()
         rows.append(row)
     return {"plugin": entry.plugin, "rows": rows}

@@ -13,8 +13,11 @@ import cProfile
 import gc
 import json
 import resource
+import sys
 import time
 from collections import Counter
+from contextlib import suppress
+from typing import Any
 
 from runner_kit.http import close_shared_client
 
@@ -35,6 +38,8 @@ async def batch(args: argparse.Namespace) -> dict:
         config = entry.config(args.base_url)
     gc.collect()
     rss_start = peak_rss_kb()
+    if args.memprofile:
+        _MEM_BASE.update(blocks=sys.getallocatedblocks(), types=Counter(type(o).__name__ for o in gc.get_objects()))
 
     async def one(i: int):
         key = f"{args.tag}-{i}"
@@ -47,6 +52,7 @@ async def batch(args: argparse.Namespace) -> dict:
 
     # CPU time, not wall time: at this load the loop is never idle long enough to separate waiting
     prof = cProfile.Profile(time.process_time) if args.profile else None
+    mem = asyncio.get_running_loop().create_task(_memory_samples(args.n)) if args.memprofile else None
     collector = _Collector()
     gc.callbacks.append(collector)
     t0 = time.perf_counter()
@@ -60,6 +66,11 @@ async def batch(args: argparse.Namespace) -> dict:
     wall = time.perf_counter() - t0
     gc.callbacks.remove(collector)
     rss_peak = peak_rss_kb()
+    memory = None
+    if mem is not None:
+        mem.cancel()
+        with suppress(asyncio.CancelledError):
+            memory = await mem
     await close_shared_client()
     failures: Counter[str] = Counter()
     ok = 0
@@ -83,9 +94,40 @@ async def batch(args: argparse.Namespace) -> dict:
         "gc_collections": collector.count,
         "events": sum(t.events for t in turns if not isinstance(t, Exception)),  # the floor counts them
         "profile_us": _profile_groups(prof, 1) if prof is not None else None,  # whole batch, by package
+        "memory": memory,
         "rss_start_kb": rss_start,
         "rss_peak_kb": rss_peak,
         "deltas": {t.key: t.deltas for t in turns if not isinstance(t, Exception)},
+    }
+
+
+_MEM_BASE: dict[str, Any] = {}
+
+
+async def _memory_samples(n: int) -> dict[str, Any]:
+    """Every 0.5 s: memory blocks Python has allocated (``sys.getallocatedblocks``) and RSS; at
+    the sample with the most blocks, the objects the cycle collector tracks, by type, per run.
+    Relative to the moment the batch started (``_MEM_BASE``, taken before the runs exist). Costs
+    a walk of every object per sample, so only in a batch of its own (``--memprofile``)."""
+    best: dict[str, Any] = {"blocks": -1}
+    try:
+        while True:
+            await asyncio.sleep(0.5)
+            blocks = sys.getallocatedblocks()
+            if blocks > best["blocks"]:
+                types = Counter(type(o).__name__ for o in gc.get_objects())
+                best = {"blocks": blocks, "types": types, "rss_kb": rss_kb()}
+    except asyncio.CancelledError:
+        pass
+    if "types" not in best:
+        return {}
+    base = _MEM_BASE
+    diff = {k: (v - base["types"].get(k, 0)) / n for k, v in best["types"].items()}
+    return {
+        "blocks_per_run": (best["blocks"] - base["blocks"]) / n,
+        "objects_per_run": sum(diff.values()),
+        "rss_kb_at_most_blocks": best["rss_kb"],
+        "types_per_run": {k: round(v, 2) for k, v in sorted(diff.items(), key=lambda kv: -kv[1])[:25] if v > 0},
     }
 
 
@@ -113,17 +155,26 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
+def rss_kb() -> int:
+    """This process's RSS now (``VmRSS``)."""
+    return _status_kb("VmRSS:")
+
+
 def peak_rss_kb() -> int:
     """This process's own peak RSS. ``VmHWM`` belongs to the address space exec() created; Linux
     ``ru_maxrss`` would also report the parent's RSS at fork time when that was larger."""
+    return _status_kb("VmHWM:") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _status_kb(field: str) -> int:
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
+                if line.startswith(field):
                     return int(line.split()[1])
     except OSError:
         pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return 0
 
 
 def main() -> int:
@@ -132,6 +183,7 @@ def main() -> int:
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--mode", choices=(*RUNNER_MODES, "floor"), required=True)
     ap.add_argument("--profile", action="store_true", help="cProfile the batch (own time by package)")
+    ap.add_argument("--memprofile", action="store_true", help="sample memory in use, by object type per run")
     ap.add_argument("--n", type=int, required=True)
     ap.add_argument("--tokens", type=int, required=True)
     ap.add_argument("--tag", required=True)

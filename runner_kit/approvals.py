@@ -30,6 +30,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from .channel import Channel
 from .logs import get_logger
 
 log = get_logger("runner_kit.approvals")
@@ -303,7 +304,7 @@ class Parked:
     future: asyncio.Future[Decision]
     adapter: Any
     task: asyncio.Task[None]
-    queue: asyncio.Queue[Any]
+    queue: Channel[Any]
     gate: Gate
     expires_at: float
     agent: str

@@ -45,6 +45,8 @@ from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 from langbot_plugin.api.proxies.invocation import bind_invocation, current_binding, current_config
 from langbot_plugin.api.proxies.runner.tracing import _TracedRunAPI
 
+from .channel import Channel
+
 #: SDK versions whose ``Runner.invoke`` this reproduces. 0.7.18 is installed and compared result for
 #: result in tests/kit/test_invoke.py; 0.7.16 (the version LangBot 4.11.2 pins) ships byte-identical
 #: runner.py, tracing.py, invocation.py, runner context and API proxy modules (checked against the
@@ -72,17 +74,17 @@ def sdk_version() -> str | None:
 LEAN_SUPPORTED = sdk_version() in TESTED_SDK_VERSIONS
 
 
-class _Results(asyncio.Queue):  # type: ignore[type-arg]
-    """The SDK's bounded result queue that also wakes the one waiting consumer on a put."""
+class _Results(Channel[RunnerResult]):
+    """The SDK's bounded result queue (a :class:`~runner_kit.channel.Channel`: the consumer's
+    ``waiter`` is resolved on every put)."""
 
-    waiter: asyncio.Future[None] | None = None
-    holding = 0  # puts waiting for room: nothing may be handed over ahead of them
+    __slots__ = ("holding",)
 
-    def _put(self, item: Any) -> None:
-        super()._put(item)
-        self.wake()
+    def __init__(self, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self.holding = 0  # puts waiting for room: nothing may be handed over ahead of them
 
-    async def put(self, item: Any) -> None:
+    async def put(self, item: RunnerResult) -> None:
         self.holding += 1
         try:
             await super().put(item)
@@ -96,14 +98,6 @@ class _Results(asyncio.Queue):  # type: ignore[type-arg]
             return False
         self.put_nowait(item)
         return True
-
-    def wake(self, _task: object = None) -> None:
-        """Resolve the consumer's waiter (also the done callback of the task running ``run``)."""
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
 
 
 async def _execute(runner: Any, ctx: RunnerContext, results: _Results) -> None:

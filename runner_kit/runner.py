@@ -33,6 +33,7 @@ from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
 from . import approvals as ap
 from . import events as ev
+from .channel import Channel
 from .config import Config, ConfigSchema
 from .errors import Redactor, RunnerError, SessionMissing
 from .explain import explanation, failure_log, incomplete_note
@@ -85,7 +86,7 @@ class RunEnv:
         self.input = UserInput(text="", files=[], params={})
         # questions to the chat (runner_kit.approvals): the pump's queue, the run's follow-ups,
         # who started the current turn, and the kinds of request allowed for the agent session
-        self.asks: asyncio.Queue[Any] | None = None
+        self.asks: Channel[Any] | None = None
         self.steering: Steering | None = None
         self.turn_actor = ap.actor_of(ctx)
         base = session_key_base or "runner"
@@ -539,12 +540,16 @@ class _Sink:
             self.idle_timer = self.loop.call_later(idle - quiet, self.check_idle)
 
 
-class _Events(asyncio.Queue):  # type: ignore[type-arg]
+class _Events(Channel[Any]):
     """The pump's queue: results the reading task translated, raw events, control items. While
     raw events wait in it (``raw``), later events stay raw too, so they are translated in order."""
 
-    sink: _Sink | None = None
-    raw = 0
+    __slots__ = ("raw", "sink")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: _Sink | None = None
+        self.raw = 0
 
 
 async def _produce(events: AsyncIterator[ev.Event], queue: _Events) -> None:
@@ -810,7 +815,7 @@ async def _asking(
     env: RunEnv,
     builder: ResultBuilder,
     state: _Pump,
-    queue: asyncio.Queue[Any],
+    queue: Channel[Any],
     task: asyncio.Task[None],
     index: int,
 ) -> AsyncGenerator[RunnerResult, None]:

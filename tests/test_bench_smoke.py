@@ -77,3 +77,52 @@ def test_cpu_note_says_how_far_the_extra_per_run_is_from_the_target() -> None:
     assert "the ratio is 1.8×" in text
     # without the one-at-a-time split (an older results.json) the load figures stand alone
     assert "One run at a time" not in _split({"sections": {}}, row)
+
+
+def test_rss_note_says_where_the_memory_per_run_goes() -> None:
+    from bench.notes import _concurrency
+
+    row = {
+        "plugin": "deerflow-agent", "n": 1000,
+        "runner": {"ok": 1000, "failures": {}, "rss_start_mb": 52.0, "rss_peak_mb": 153.0, "connections": 1950},
+        "floor": {"ok": 1000, "failures": {}, "rss_start_mb": 52.0, "rss_peak_mb": 98.0, "connections": 2000},
+        "memory": {
+            "runner": {"blocks_per_run": 900.0, "objects_per_run": 400.0, "types_per_run": {"dict": 60.0, "deque": 14.0}},
+            "floor": {"blocks_per_run": 300.0, "objects_per_run": 130.0, "types_per_run": {"dict": 20.0, "deque": 6.0}},
+        },
+    }  # fmt: skip
+    text = _concurrency({"sections": {}}, row)
+    assert "Peak RSS 153 MB exceeds the target (150 MB; the floor 98 MB" in text
+    # (153 - 52) MB and (98 - 52) MB over 1,000 runs; 3 MB over the target
+    assert "103.4 KB of RSS against the floor's 47.1 KB" in text
+    assert "900 allocated memory blocks and 400 objects" in text and "300 and 130 for the floor" in text
+    assert "dict +40.0, deque +8.0" in text
+    assert "about 3.1 KB less per run" in text
+    # without the sampling batches (an older results.json) the note still names the miss
+    del row["memory"]
+    assert "exceeds the target" in _concurrency({"sections": {}}, row)
+    assert "allocated memory blocks" not in _concurrency({"sections": {}}, row)
+
+
+async def test_memory_sampler_counts_objects_per_run_at_the_peak() -> None:
+    import asyncio
+    import gc
+    import sys
+    from collections import Counter
+
+    from bench import worker
+
+    gc.collect()
+    worker._MEM_BASE.update(blocks=sys.getallocatedblocks(), types=Counter(type(o).__name__ for o in gc.get_objects()))
+    sampler = asyncio.ensure_future(worker._memory_samples(10))
+
+    class Held:
+        pass
+
+    held = [Held() for _ in range(500)]  # 50 per "run"
+    await asyncio.sleep(0.7)
+    sampler.cancel()
+    out = await sampler
+    assert 49 <= out["types_per_run"]["Held"] <= 51
+    assert out["objects_per_run"] >= 49 and out["blocks_per_run"] >= 49
+    del held
