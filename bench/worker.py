@@ -38,8 +38,6 @@ async def batch(args: argparse.Namespace) -> dict:
         config = entry.config(args.base_url)
     gc.collect()
     rss_start = peak_rss_kb()
-    if args.memprofile:
-        _MEM_BASE.update(blocks=sys.getallocatedblocks(), types=Counter(type(o).__name__ for o in gc.get_objects()))
 
     async def one(i: int):
         key = f"{args.tag}-{i}"
@@ -52,7 +50,7 @@ async def batch(args: argparse.Namespace) -> dict:
 
     # CPU time, not wall time: at this load the loop is never idle long enough to separate waiting
     prof = cProfile.Profile(time.process_time) if args.profile else None
-    mem = asyncio.get_running_loop().create_task(_memory_samples(args.n)) if args.memprofile else None
+    mem = asyncio.get_running_loop().create_task(_memory_samples(args.n, _in_use())) if args.memprofile else None
     collector = _Collector()
     gc.callbacks.append(collector)
     t0 = time.perf_counter()
@@ -101,32 +99,29 @@ async def batch(args: argparse.Namespace) -> dict:
     }
 
 
-_MEM_BASE: dict[str, Any] = {}
+def _in_use() -> tuple[int, Counter[str]]:
+    """Memory blocks Python has allocated, and the objects the cycle collector tracks by type."""
+    return sys.getallocatedblocks(), Counter(type(o).__name__ for o in gc.get_objects())
 
 
-async def _memory_samples(n: int) -> dict[str, Any]:
-    """Every 0.5 s: memory blocks Python has allocated (``sys.getallocatedblocks``) and RSS; at
-    the sample with the most blocks, the objects the cycle collector tracks, by type, per run.
-    Relative to the moment the batch started (``_MEM_BASE``, taken before the runs exist). Costs
-    a walk of every object per sample, so only in a batch of its own (``--memprofile``)."""
-    best: dict[str, Any] = {"blocks": -1}
+async def _memory_samples(n: int, base: tuple[int, Counter[str]]) -> dict[str, Any]:
+    """Every 0.5 s until cancelled, :func:`_in_use`; at the sample with the most blocks, blocks and
+    objects by type per run over ``base`` (taken before the runs exist). Walks every object per
+    sample, so only in a batch of its own (``--memprofile``)."""
+    best: tuple[int, Counter[str]] | None = None
     try:
         while True:
             await asyncio.sleep(0.5)
-            blocks = sys.getallocatedblocks()
-            if blocks > best["blocks"]:
-                types = Counter(type(o).__name__ for o in gc.get_objects())
-                best = {"blocks": blocks, "types": types, "rss_kb": rss_kb()}
+            if best is None or sys.getallocatedblocks() > best[0]:
+                best = _in_use()
     except asyncio.CancelledError:
         pass
-    if "types" not in best:
+    if best is None:
         return {}
-    base = _MEM_BASE
-    diff = {k: (v - base["types"].get(k, 0)) / n for k, v in best["types"].items()}
+    diff = {k: (v - base[1].get(k, 0)) / n for k, v in best[1].items()}
     return {
-        "blocks_per_run": (best["blocks"] - base["blocks"]) / n,
+        "blocks_per_run": (best[0] - base[0]) / n,
         "objects_per_run": sum(diff.values()),
-        "rss_kb_at_most_blocks": best["rss_kb"],
         "types_per_run": {k: round(v, 2) for k, v in sorted(diff.items(), key=lambda kv: -kv[1])[:25] if v > 0},
     }
 
@@ -155,26 +150,17 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def rss_kb() -> int:
-    """This process's RSS now (``VmRSS``)."""
-    return _status_kb("VmRSS:")
-
-
 def peak_rss_kb() -> int:
     """This process's own peak RSS. ``VmHWM`` belongs to the address space exec() created; Linux
     ``ru_maxrss`` would also report the parent's RSS at fork time when that was larger."""
-    return _status_kb("VmHWM:") or resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
-def _status_kb(field: str) -> int:
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith(field):
+                if line.startswith("VmHWM:"):
                     return int(line.split()[1])
     except OSError:
         pass
-    return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def main() -> int:

@@ -10,8 +10,9 @@ has them, only when full) get a deque of their own when the first one waits.
 
 Semantics kept from ``asyncio.Queue``: FIFO order; ``put_nowait`` raises ``asyncio.QueueFull`` and
 ``get_nowait`` ``asyncio.QueueEmpty``; ``put`` waits while the channel is full, a ``get`` lets
-the longest-waiting putter in, and a cancelled putter puts nothing; ``get`` waits for an item and a cancelled ``get``
-takes none. Not kept: ``join``/``task_done``, and more than one task waiting in ``get`` at a time
+the longest-waiting putter in, and a cancelled putter puts nothing; ``get`` waits for an item
+and a cancelled ``get`` takes none. Added: :meth:`offer`, a put that never overtakes a waiting
+one. Not kept: ``join``/``task_done``, and more than one task waiting in ``get`` at a time
 (a second concurrent ``get`` raises ``RuntimeError``; no queue of the kit has two consumers)."""
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ T = TypeVar("T")
 
 
 class Channel(Generic[T]):
-    __slots__ = ("_items", "_putters", "maxsize", "waiter")
+    __slots__ = ("_items", "_putters", "holding", "maxsize", "waiter")
 
     def __init__(self, maxsize: int = 0) -> None:
         self._items: deque[T] = deque()
         self._putters: deque[asyncio.Future[None]] | None = None
         self.maxsize = maxsize
+        self.holding = 0  # puts waiting for room (also one let in that has not put yet)
         #: the consumer's wake-up, resolved by the next put (or by :meth:`wake`)
         self.waiter: asyncio.Future[None] | None = None
 
@@ -57,6 +59,15 @@ class Channel(Generic[T]):
         self.wake()
 
     async def put(self, item: T) -> None:
+        if self.full():
+            self.holding += 1
+            try:
+                await self._room()
+            finally:
+                self.holding -= 1
+        self.put_nowait(item)
+
+    async def _room(self) -> None:
         while self.full():
             putters = self._putters
             if putters is None:
@@ -72,7 +83,14 @@ class Channel(Generic[T]):
                 if not self.full() and not room.cancelled():
                     self._admit()  # it was this putter's turn: pass it on
                 raise
+
+    def offer(self, item: T) -> bool:
+        """Put ``item`` now if that overtakes nothing (no ``put`` is waiting for room, and there is
+        room); False when it must go another way."""
+        if self.holding or self.full():
+            return False
         self.put_nowait(item)
+        return True
 
     def _admit(self) -> None:
         """Let the first waiting putter in (there is room)."""

@@ -56,7 +56,7 @@ TERMINAL = frozenset({"run.completed", "run.failed"})
 QUEUE_SIZE = 256  # the SDK's bound
 
 
-def outlet(ctx: RunnerContext) -> _Results | None:
+def outlet(ctx: RunnerContext) -> _Results[RunnerResult] | None:
     """The result queue of a :func:`lean_invoke` running ``ctx``, which the kit's reading task may
     hand results to directly (:meth:`_Results.offer`); None under the SDK's own ``invoke`` or when
     ``run`` is iterated directly."""
@@ -74,33 +74,12 @@ def sdk_version() -> str | None:
 LEAN_SUPPORTED = sdk_version() in TESTED_SDK_VERSIONS
 
 
-class _Results(Channel[RunnerResult]):
-    """The SDK's bounded result queue (a :class:`~runner_kit.channel.Channel`: the consumer's
-    ``waiter`` is resolved on every put)."""
-
-    __slots__ = ("holding",)
-
-    def __init__(self, maxsize: int) -> None:
-        super().__init__(maxsize)
-        self.holding = 0  # puts waiting for room: nothing may be handed over ahead of them
-
-    async def put(self, item: RunnerResult) -> None:
-        self.holding += 1
-        try:
-            await super().put(item)
-        finally:
-            self.holding -= 1
-
-    def offer(self, item: RunnerResult) -> bool:
-        """Put ``item`` now if that cannot overtake anything (no put is waiting for room and
-        there is room); False when it must go the usual way, through ``run``'s generator."""
-        if self.holding or self.full():
-            return False
-        self.put_nowait(item)
-        return True
+#: the SDK's bounded result queue; the consumer's ``waiter`` is resolved on every put, and the
+#: reading task may :meth:`~runner_kit.channel.Channel.offer` a result straight into it
+_Results = Channel
 
 
-async def _execute(runner: Any, ctx: RunnerContext, results: _Results) -> None:
+async def _execute(runner: Any, ctx: RunnerContext, results: _Results[RunnerResult]) -> None:
     """Run ``runner.run(ctx)`` into ``results`` inside the SDK's invocation binding (one coroutine
     per run, not a closure and a coroutine per step: fewer objects alive at a thousand runs)."""
     handler = runner._plugin_runtime_handler
@@ -141,7 +120,7 @@ async def lean_invoke(runner: Any, ctx: RunnerContext) -> AsyncGenerator[RunnerR
     """``runner.invoke(ctx)`` as the SDK defines it, with one loop hop per result."""
     if ctx._api is not None:
         raise RuntimeError("Runner context is already active")
-    results = _Results(maxsize=QUEUE_SIZE)
+    results: _Results[RunnerResult] = _Results(maxsize=QUEUE_SIZE)
     ctx._api = _TracedRunAPI(runner.get_run_api(ctx), ctx.run_id, results)
     ctx._results = results
     loop = asyncio.get_running_loop()

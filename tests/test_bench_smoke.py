@@ -107,14 +107,11 @@ def test_rss_note_says_where_the_memory_per_run_goes() -> None:
 async def test_memory_sampler_counts_objects_per_run_at_the_peak() -> None:
     import asyncio
     import gc
-    import sys
-    from collections import Counter
 
     from bench import worker
 
     gc.collect()
-    worker._MEM_BASE.update(blocks=sys.getallocatedblocks(), types=Counter(type(o).__name__ for o in gc.get_objects()))
-    sampler = asyncio.ensure_future(worker._memory_samples(10))
+    sampler = asyncio.ensure_future(worker._memory_samples(10, worker._in_use()))
 
     class Held:
         pass
