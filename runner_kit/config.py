@@ -103,8 +103,10 @@ class ConfigSchema:
             doc = yaml.safe_load(f)
         return cls.from_items(doc.get("spec", {}).get("config") or [])
 
-    def load(self, raw: Mapping[str, Any] | None) -> Config:
-        """Coerce ``raw`` (ctx.config) against the schema; unknown keys pass through untouched."""
+    def load(self, raw: Mapping[str, Any] | None, *, required: bool = True) -> Config:
+        """Coerce ``raw`` (ctx.config) against the schema; unknown keys pass through untouched.
+        ``required=False`` leaves a required key that is not set as ``None`` / empty instead of
+        raising (for :meth:`Adapter.check_setup`, which decides what a missing key means)."""
         raw = dict(raw or {})
         values: dict[str, Any] = {}
         secrets: list[str] = []
@@ -115,12 +117,12 @@ class ConfigSchema:
             present = name in raw and raw[name] is not None and (advanced_on or not field.advanced)
             value = raw[name] if present else field.default
             if value is None:
-                if field.required:
+                if field.required and required:
                     raise RunnerError("config.missing", f"config key '{name}' is required but not set")
                 values[name] = None
                 continue
             values[name] = _coerce(field, value)
-            if field.required and values[name] in ("", [], {}):
+            if field.required and required and values[name] in ("", [], {}):
                 raise RunnerError("config.missing", f"config key '{name}' is required but empty")
             if field.secret and isinstance(values[name], str) and values[name]:
                 secrets.append(values[name])
@@ -128,6 +130,39 @@ class ConfigSchema:
             if name not in values:
                 values[name] = value
         return Config(values, secrets)
+
+    def untouched(self, raw: Mapping[str, Any] | None, former: Mapping[str, Any] | None = None) -> bool:
+        """Whether ``raw`` is what LangBot 4.11.2 stores for a binding its owner never opened: it
+        fills a new pipeline's runner config with each declared key's YAML ``default`` (``None``
+        where the YAML has none), and a config made another way may have nothing at all. So: every
+        declared key absent, ``None``, blank where there is no default, or its default (or, from
+        ``former``, the default an earlier version declared). Keys the schema does not declare (the
+        host's own fields) do not count."""
+        raw = raw or {}
+        former = former or {}
+        for name, field in self.fields.items():
+            value = raw.get(name)
+            if value is None or value == field.default or (name in former and value == former[name]):
+                continue
+            if field.default is None and value in ("", [], {}):
+                continue
+            return False
+        return True
+
+
+#: what the chat reads when a binding was never set up by its owner (see :func:`not_set_up`)
+NOT_SET_UP = ("This bot's agent is {agent}, which its owner has not set up yet: open the pipeline's AI settings "
+              "and choose and configure a runner.")
+
+
+def not_set_up(agent: str) -> RunnerError:
+    """``config.missing`` for a binding its owner never configured (LangBot binds a new pipeline to
+    the first runner it lists, with that runner's YAML defaults): one line for the chat, shown as
+    it is, that tells the owner what to do."""
+    text = NOT_SET_UP.format(agent=agent)
+    exc = RunnerError("config.missing", text)
+    exc.chat = text  # type: ignore[attr-defined]  # runner.drive shows it instead of the generic explanation
+    return exc
 
 
 def _invalid(field: Field, why: str) -> RunnerError:

@@ -160,6 +160,13 @@ class Adapter:
     def __init__(self, env: RunEnv):
         self.env = env
 
+    @classmethod
+    def check_setup(cls, raw: Any, schema: ConfigSchema) -> None:
+        """Called first in every run, with the run's config as LangBot sent it (``ctx.config``),
+        before the config is loaded and before anything is written or started: raise
+        ``config.missing`` (:func:`runner_kit.config.not_set_up` when its owner never set the
+        binding up) for a binding that must not start anything."""
+
     def stream(self) -> AsyncIterator[ev.Event]:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -308,6 +315,7 @@ async def drive(
 
     try:
         try:
+            adapter_cls.check_setup(ctx.config, schema)
             config = schema.load(ctx.config)
             for secret in config.secrets:
                 redact.add(secret)
@@ -415,7 +423,7 @@ async def drive(
                 to_stop = None
             note = await _unanswered(steer)
             for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform, ctx,
-                              note):
+                              note, chat=getattr(exc, "chat", None)):
                 yield r
         except Exception as exc:  # noqa: BLE001 - nothing may escape run()
             log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
@@ -461,6 +469,8 @@ def _failure(
     platform: str,
     ctx: RunnerContext,
     note: str | None = None,
+    *,
+    chat: str | None = None,
 ) -> list[RunnerResult]:
     """The results that end a failed run: state, what the chat shows, and the terminal result.
 
@@ -485,7 +495,7 @@ def _failure(
         said = incomplete_note(platform, code, message, detailed=explain)
         shown = builder.final_message(note=f"{said}\n{note}" if note else said)
     elif explain:
-        said = explanation(platform, code, message)
+        said = chat or explanation(platform, code, message)  # chat: a line the error brings for the chat
         shown = builder.notice_message(f"{said}\n\n{note}" if note else said)
     elif note:
         shown = builder.notice_message(note)
