@@ -6,9 +6,12 @@ the child), a private HOME per workspace that is reused, a per-conversation work
 reading of stdout, a stderr tail for error messages, and a stop that leaves nothing behind.
 
 Stopping (real-peers.md §6): tool shells started by the agents ``setsid`` away and survive both a
-SIGTERM to the agent and a kill of its process group, so :meth:`AgentProcess.stop` records every
-descendant from ``/proc`` *before* each signal, escalates SIGINT (optional) → SIGTERM → SIGKILL, and
-finally SIGKILLs every process it ever recorded that is still alive.
+SIGTERM to the agent and a kill of its process group. In a sandbox (:mod:`runner_kit.sandbox`) the
+agent runs in its own PID namespace: signals go to the agent itself, and killing bwrap ends the
+namespace and everything in it, however it was started. Unconfined, :meth:`AgentProcess.stop`
+records every descendant from ``/proc`` *before* each signal, escalates SIGINT (optional) → SIGTERM
+→ SIGKILL, and finally SIGKILLs every process it ever recorded that is still alive and every process
+that still carries its tag in its environment (an orphan re-parented away from the tree).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from .logs import get_logger
 
 if TYPE_CHECKING:
     from .runner import RunEnv
+    from .sandbox import Boundary
 
 log = get_logger("runner_kit.process")
 
@@ -43,6 +47,7 @@ DEFAULT_ENV_ALLOW: tuple[str, ...] = (
 DEFAULT_LINE_LIMIT = 16 * 1024 * 1024
 STDERR_TAIL_CHARS = 16384
 DATA_ENV = "RUNNER_KIT_DATA_DIR"
+TAG_ENV = "RUNNER_KIT_PROCESS_TAG"  # marks every process an unconfined agent starts (see AgentProcess.stop)
 
 
 def child_env(
@@ -263,10 +268,14 @@ def _kill(pid: int, sig: int) -> None:
 class AgentProcess:
     """One running agent CLI: JSON lines in and out, a stderr tail, and a clean stop."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, name: str, redact: Any = None):
+    def __init__(self, proc: asyncio.subprocess.Process, name: str, redact: Any = None, *,
+                 confined: bool = False, tag: str | None = None):
         self._proc = proc
         self.name = name
-        self.pid: int = proc.pid
+        self.pid: int = proc.pid  # bwrap's pid in a sandbox (its end ends everything in it)
+        self.confined = confined
+        self._tag = tag
+        self._agent_pid: int | None = None if confined else proc.pid
         assert proc.stdout is not None
         self.reader: asyncio.StreamReader = proc.stdout
         self.writer: asyncio.StreamWriter | None = proc.stdin
@@ -288,13 +297,21 @@ class AgentProcess:
         stdin: bool = True,
         line_limit: int = DEFAULT_LINE_LIMIT,
         redact: Any = None,
+        boundary: Boundary | None = None,
     ) -> AgentProcess:
-        """Start ``argv`` in its own session; raises ``process.not_found`` when it cannot start."""
+        """Start ``argv`` in its own session (inside ``boundary`` when it is confined); raises
+        ``process.not_found`` when it cannot start."""
+        env = dict(env)
+        tag = None
+        if boundary is not None and boundary.confined:
+            argv, env = boundary.wrap(argv, env)
+        else:
+            tag = env[TAG_ENV] = os.urandom(12).hex()
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
                 cwd=str(cwd),
-                env=dict(env),
+                env=env,
                 stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -305,8 +322,8 @@ class AgentProcess:
             raise RunnerError(
                 "process.not_found", f"{name} could not be started: {argv[0]} ({exc.strerror or exc})"
             ) from None
-        log.debug("%s started (pid %s)", name, proc.pid)
-        return cls(proc, name, redact)
+        log.debug("%s started (pid %s%s)", name, proc.pid, ", sandboxed" if tag is None else "")
+        return cls(proc, name, redact, confined=tag is None, tag=tag)
 
     # --- output -------------------------------------------------------------------------------
 
@@ -422,11 +439,19 @@ class AgentProcess:
             head += f" ({what})"
         return RunnerError(code, f"{head}: {tail}" if tail else head)
 
+    def agent_pid(self) -> int | None:
+        """The agent program's own pid (in a sandbox: the process bwrap's init started)."""
+        if self._agent_pid is None and self.returncode is None:
+            self._agent_pid = _payload(self.pid)
+        return self._agent_pid
+
     def send_signal(self, sig: int) -> None:
         """Signal the agent process itself (e.g. SIGINT, the CLIs' own interrupt)."""
         if self.returncode is None:
             self._record()
-            _kill(self.pid, sig)
+            target = self.agent_pid()
+            if target is not None:
+                _kill(target, sig)
 
     def _record(self) -> None:
         try:
@@ -454,14 +479,14 @@ class AgentProcess:
         if self.returncode is None:
             self._record()
             if interrupt:
-                _kill(self.pid, signal.SIGINT)
+                self.send_signal(signal.SIGINT)
                 await self.wait(grace)
         if self.writer is not None and not self.writer.is_closing():
             with contextlib.suppress(Exception):
                 self.writer.close()
         if self.returncode is None:
             self._record()
-            _kill(self.pid, signal.SIGTERM)
+            self.send_signal(signal.SIGTERM)
             if await self.wait(grace) is None:
                 self._record()
                 _kill(self.pid, signal.SIGKILL)
@@ -476,8 +501,12 @@ class AgentProcess:
         if self.returncode is None:
             self._record()
             _kill(self.pid, signal.SIGKILL)
+        if self._tag is not None:
+            self._seen |= tagged(self._tag)
         for _ in range(3):
             left = {p for p in self._seen if alive(p)}
+            if self._tag is not None:
+                left |= tagged(self._tag)
             for pid in left:
                 self._seen |= _safe_descendants(pid)
                 _kill(pid, signal.SIGKILL)
@@ -490,6 +519,47 @@ class AgentProcess:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def tagged(tag: str) -> set[int]:
+    """Live processes whose environment carries ``TAG_ENV=tag`` (those this user may read)."""
+    needle = f"{TAG_ENV}={tag}".encode()
+    found: set[int] = set()
+    me = os.getpid()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and alive(int(entry.name)):
+            found.add(int(entry.name))
+    return found
+
+
+def _payload(bwrap_pid: int) -> int | None:
+    """The first process under bwrap (and its init) that is not bwrap itself."""
+    try:
+        tree = _ppids()
+    except OSError:
+        return None
+    children: dict[int, list[int]] = {}
+    for child, parent in tree.items():
+        children.setdefault(parent, []).append(child)
+    todo = [bwrap_pid]
+    while todo:
+        for child in sorted(children.get(todo.pop(0), ())):
+            try:
+                exe = os.path.basename(os.readlink(f"/proc/{child}/exe"))
+            except OSError:
+                exe = ""
+            if exe == "bwrap":
+                todo.append(child)
+            else:
+                return child
+    return None
 
 
 def _safe_descendants(pid: int) -> set[int]:

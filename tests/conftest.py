@@ -14,6 +14,24 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _sandbox_sees_test_files(tmp_path_factory):
+    """Coding agents run sandboxed by default; the scripted CLIs write their logs and answers to
+    files in pytest's temporary folders, so the sandbox may write there (and read the tests'
+    fakes). The hostile-member tests clear this to test the sandbox as an owner gets it."""
+    from runner_kit import sandbox
+
+    old = {k: os.environ.get(k) for k in (sandbox.READ_ENV, sandbox.WRITE_ENV)}
+    os.environ[sandbox.WRITE_ENV] = str(tmp_path_factory.getbasetemp())
+    os.environ[sandbox.READ_ENV] = os.path.dirname(os.path.abspath(__file__))
+    yield
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 @pytest.fixture
 async def no_parked():
     """Close every agent a test left waiting on a question (runner_kit.approvals.PARKED)."""

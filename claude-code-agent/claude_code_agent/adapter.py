@@ -19,15 +19,17 @@ import base64
 import contextlib
 import json
 import os
-import shlex
 import signal
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from runner_kit import approvals as ap
+from runner_kit import command_scope as cs
 from runner_kit import events as ev
+from runner_kit import sandbox
+from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
 from runner_kit.inputs import UserInput
@@ -42,6 +44,7 @@ from runner_kit.process import (
     workspace_dir,
 )
 from runner_kit.runner import Adapter, RunEnv
+from runner_kit.secret_proxy import SecretProxy
 
 from . import const
 from .stream import TurnReader
@@ -65,42 +68,62 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _program(command: str) -> str:
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    while words and "=" in words[0] and not words[0].startswith("="):
-        words = words[1:]  # FOO=1 cmd …
-    return os.path.basename(words[0]) if words else "sh"
-
-
-def session_rules(suggestions: Any) -> list[dict[str, Any]]:
-    """claude's own "allow always" from its ``permission_suggestions``, kept to what "allow for this
-    session" means: only its ``addRules`` entries, with ``destination: session``. (Claude 2.1.197
-    suggests for a ``touch`` an ``addRules`` to ``localSettings`` — a file in the workspace that
-    outlives the session —, an ``addDirectories`` and a ``setMode acceptEdits``, which would allow
-    every edit; neither of the last two is what was asked.)"""
-    out: list[dict[str, Any]] = []
+def prefix_rule(suggestions: Any, command: str) -> str:
+    """claude's own proposal for "don't ask again" on ``command``, as a kit prefix rule: an
+    ``addRules`` entry ``Bash(<words>:*)`` whose words start the command, kept only when the
+    command is a simple one (runner_kit.command_scope.prefix_key); "" otherwise. A rule without
+    ``:*`` names one exact command, which the exact key already is. (Claude 2.1.197 suggests for a
+    ``touch`` ``Bash(touch made.txt)`` to ``localSettings``, an ``addDirectories`` and a ``setMode
+    acceptEdits``; none of them is sent back to claude: its own rules would answer later requests
+    without the chat, by its own matching.)"""
     for s in suggestions if isinstance(suggestions, list) else []:
-        if isinstance(s, dict) and s.get("type") == "addRules" and s.get("rules"):
-            out.append({**s, "behavior": s.get("behavior") or "allow", "destination": "session"})
-    return out
+        if not (isinstance(s, dict) and s.get("type") == "addRules" and isinstance(s.get("rules"), list)):
+            continue
+        for rule in s["rules"]:
+            content = rule.get("ruleContent") if isinstance(rule, dict) and rule.get("toolName") == "Bash" else None
+            if isinstance(content, str) and content.endswith(":*"):
+                if key := cs.prefix_key(content[:-2], command):
+                    return key
+    return ""
 
 
-def permission_question(tool: str, tool_input: dict[str, Any], workspace: Path | None) -> ap.Question:
-    """The chat's question for claude's ``can_use_tool`` request, and the scope "allow for this
-    session" covers: ``shell:<program>`` for Bash, ``edit`` for file edits, else the tool name."""
+def permission_question(tool: str, tool_input: dict[str, Any], workspace: Path | None,
+                        suggestions: Any = None) -> ap.Question:
+    """The chat's question for claude's ``can_use_tool`` request, and what "allow for this
+    session" covers: for Bash this exact command, or claude's own prefix rule when the command is a
+    simple one; for a file edit this file inside the workspace (outside it: nothing, it can only be
+    allowed once); for any other tool this exact call."""
     if tool == "Bash":
         command = str(tool_input.get("command") or "")
         detail = str(tool_input.get("description") or "") or (f"in {workspace}" if workspace else "")
+        asked = cs.command_key(command)
         return ap.Question(title=f"run a command: {_short(command, 300)}", detail=_short(detail, 300),
-                           scope=f"shell:{_program(command)}")
+                           scope=prefix_rule(suggestions, command) or asked, request=asked)
     if tool in const.EDIT_TOOLS:
         target = str(tool_input.get("file_path") or tool_input.get("notebook_path") or "a file")
-        return ap.Question(title=f"edit {_short(target, 300)}", detail=tool, scope="edit")
+        return ap.Question(title=f"edit {_short(target, 300)}", detail=tool,
+                           scope=cs.file_key(cs.EDIT, target, workspace))
     shown = {k: v for k, v in tool_input.items() if v not in (None, "", [], {})}
-    return ap.Question(title=f"use {tool}: {_short(shown) if shown else '(no input)'}", scope=tool)
+    return ap.Question(title=f"use {tool}: {_short(shown) if shown else '(no input)'}",
+                       scope=cs.tool_key(tool, tool_input))
+
+
+def check_setup(raw: Any, schema: ConfigSchema) -> None:
+    """Set up by its owner = claude has a credential: ``api-key``, ``auth-token`` or one of the
+    credential variables claude reads in ``env`` (a ``CLAUDE_CODE_OAUTH_TOKEN`` from ``claude
+    setup-token``, Bedrock or Vertex). claude runs with a private HOME, so there is no other login.
+    Without one nothing is written or started: a config LangBot stored untouched (a new pipeline
+    bound to this runner with its YAML defaults) gets the "not set up yet" line, any other the
+    missing key."""
+    raw = raw if isinstance(raw, Mapping) else {}
+    cfg = schema.load(raw, required=False)
+    if str(cfg.get("api-key") or "").strip() or str(cfg.get("auth-token") or "").strip():
+        return
+    if any(value for name, value in parse_env_setting(cfg.get("env")).items() if name in const.CREDENTIAL_ENV):
+        return
+    if schema.untouched(raw):
+        raise not_set_up(const.PLATFORM)
+    raise RunnerError("config.missing", "config key 'api-key' is required but empty (or set `auth-token`)")
 
 
 class ClaudeCodeAdapter(Adapter):
@@ -110,6 +133,10 @@ class ClaudeCodeAdapter(Adapter):
     session_key = const.SESSION_KEY
     multi_turn = True
 
+    @classmethod
+    def check_setup(cls, raw: Any, schema: ConfigSchema) -> None:
+        check_setup(raw, schema)
+
     def __init__(self, env: RunEnv):
         super().__init__(env)
         self.proc: AgentProcess | None = None
@@ -118,6 +145,9 @@ class ClaudeCodeAdapter(Adapter):
         self.workspace: Path | None = None
         self.home: Path | None = None
         self._stack = contextlib.AsyncExitStack()
+        self._proxy: SecretProxy | None = None
+        self._mcp: contextlib.AsyncExitStack | None = None  # the LangBot MCP bridge of the running claude
+        self._stack.push_async_callback(self._close_langbot_mcp)
         self._requests = 0
         self._asks: set[asyncio.Task[None]] = set()  # can_use_tool requests the chat is deciding
         self._asking: dict[str, asyncio.Task[None]] = {}  # request id -> its task (control_cancel_request)
@@ -127,7 +157,9 @@ class ClaudeCodeAdapter(Adapter):
     def permission_mode(self) -> str:
         return const.PERMISSION_MODES[str(self.env.config.get("permission-mode") or "workspace-write")]
 
-    def child_environment(self, home: Path) -> dict[str, str]:
+    def child_environment(self, home: Path, proxy: SecretProxy | None = None) -> dict[str, str]:
+        """The agent's environment. With ``proxy``, claude gets no secret: its base URL points at the
+        proxy and its key and token are stand-ins that only the proxy turns into the real ones."""
         cfg = self.env.config
         extra: dict[str, str] = dict(const.QUIET_ENV)
         extra.update(parse_env_setting(cfg.get("env")))
@@ -142,6 +174,11 @@ class ClaudeCodeAdapter(Adapter):
             extra["ANTHROPIC_AUTH_TOKEN"] = token
         if not any(extra.get(name) for name in const.CREDENTIAL_ENV):
             raise RunnerError("config.missing", "config key 'api-key' is required but empty (or set `auth-token`)")
+        if proxy is not None and any(extra.get(n) for n in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")):
+            extra["ANTHROPIC_BASE_URL"] = proxy.route(extra.get("ANTHROPIC_BASE_URL") or const.DEFAULT_API)
+            for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN"):
+                if extra.get(name):
+                    extra[name] = proxy.stand_in(extra[name])
         # who is asking, for gateways that attribute usage per end user (user-id-source decides the form)
         headers = [h for h in (extra.get("ANTHROPIC_CUSTOM_HEADERS") or "").splitlines() if h.strip()]
         extra["ANTHROPIC_CUSTOM_HEADERS"] = "\n".join([*headers, f"{const.USER_HEADER}: {self.env.user}"])
@@ -192,22 +229,35 @@ class ClaudeCodeAdapter(Adapter):
         return path
 
     async def _langbot_mcp(self) -> dict[str, Any] | None:
-        """LangBot's run-scoped MCP bridge as claude's ``--mcp-config``, when the run grants assets."""
+        """LangBot's run-scoped MCP bridge as claude's ``--mcp-config``, when the run grants assets.
+
+        One bridge per claude process: a claude started again (it crashed, or refused a resume)
+        gets a new port and token, and the stopped one's bridge closes first."""
         try:
             from runner_kit.agent_mcp import langbot_mcp
         except ImportError:
             return None
+        await self._close_langbot_mcp()
         enabled = self.env.config.get("langbot-tools", True) is not False
-        server = await self._stack.enter_async_context(langbot_mcp(self.env, enabled=enabled))
+        stack = self._mcp = contextlib.AsyncExitStack()
+        server = await stack.enter_async_context(langbot_mcp(self.env, enabled=enabled))
         return None if server is None else server.as_claude_config()
+
+    async def _close_langbot_mcp(self) -> None:
+        stack, self._mcp = self._mcp, None
+        if stack is not None:
+            await stack.aclose()
 
     async def _start(self) -> AgentProcess:
         cfg = self.env.config
         self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.PROCESS_PLATFORM)
         home = self.home = private_home(const.PROCESS_PLATFORM, self.workspace)
-        env = self.child_environment(home)
+        self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
+        env = self.child_environment(home, self._proxy)
         argv = await self.argv()
-        self.proc = await AgentProcess.spawn(argv, cwd=self.workspace, env=env, name="claude", redact=self.env.redact)
+        box = await sandbox.boundary(cfg, agent="Claude Code", workspace=self.workspace, home=home, argv=argv, env=env)
+        self.proc = await AgentProcess.spawn(argv, cwd=self.workspace, env=env, name="claude",
+                                             redact=self.env.redact, boundary=box)
         return self.proc
 
     # --- one turn ----------------------------------------------------------------------------
@@ -325,16 +375,16 @@ class ClaudeCodeAdapter(Adapter):
             "subtype": "success", "request_id": request_id, "response": answer}})
 
     async def _permission(self, tool: str, tool_input: dict[str, Any], suggestions: Any) -> dict[str, Any]:
-        question = permission_question(tool, tool_input, self.workspace)
+        question = permission_question(tool, tool_input, self.workspace, suggestions)
         decision = await self.env.ask(question)  # self.env read now: after a park it is a later run's
         log.info("claude asked to %s: %s by %s", question.title, decision.word, decision.by or "?")
         if not decision.allow:
             reason = decision.reason or ("nobody answered in time" if decision.timed_out else "denied in the chat")
             return {"behavior": "deny", "message": reason}
-        answer: dict[str, Any] = {"behavior": "allow", "updatedInput": tool_input}
-        if decision.always and (rules := session_rules(suggestions)):
-            answer["updatedPermissions"] = rules  # claude's own "don't ask again", for this session only
-        return answer
+        # "for this session" is kept by the kit, which answers claude's next request by itself: no
+        # updatedPermissions, as claude's own rule would cover what the chat never saw (its
+        # prefix matching, a settings file that outlives a reset)
+        return {"behavior": "allow", "updatedInput": tool_input}
 
     async def _questions(self, tool_input: dict[str, Any]) -> dict[str, Any]:
         """``AskUserQuestion``: each question goes to the chat; the answers go back in

@@ -41,4 +41,5 @@ SESSION_IN_USE = "is already in use"
 # any of these in the child's environment lets claude authenticate
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN", "CLAUDE_CODE_USE_BEDROCK",
                   "CLAUDE_CODE_USE_VERTEX")
+DEFAULT_API = "https://api.anthropic.com"  # where claude goes without a base URL
 USER_HEADER = "x-langbot-user"  # sent through ANTHROPIC_CUSTOM_HEADERS on every model request

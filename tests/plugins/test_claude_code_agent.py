@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from runner_kit.secret_proxy import STAND_IN_PREFIX
+
 from runner_kit.process import alive, descendants
 from runners_cli.host import Identity
 from tests.contract import cases as _cases  # noqa: F401 - loads the case modules in their order
@@ -224,7 +226,12 @@ async def test_claude_gets_only_an_allow_listed_environment_and_no_secret_in_arg
     [done] = tools(results, "completed")
     env_text, _, argv = done["result"]["output"].partition("ARGV")
     env = dict(line.split("=", 1) for line in env_text.strip().splitlines() if "=" in line)
-    assert env["ANTHROPIC_API_KEY"] == KEY and env["ANTHROPIC_BASE_URL"] == api.anthropic_base_url()
+    # no secret inside: a stand-in key, and a base URL on the run's own proxy, which sends the real key
+    assert KEY not in done["result"]["output"] and KEY not in str(results)
+    assert env["ANTHROPIC_API_KEY"].startswith(STAND_IN_PREFIX)
+    assert env["ANTHROPIC_BASE_URL"].startswith("http://127.0.0.1:")
+    assert env["ANTHROPIC_BASE_URL"] != api.anthropic_base_url()
+    assert {r.headers.get("x-api-key") for r in api.model_requests()} == {KEY}
     assert env["CLAUDE_CODE_MAX_RETRIES"] == "1" and env["EXTRA_VAR"] == "yes"
     for quiet in ("DISABLE_TELEMETRY", "DISABLE_AUTOUPDATER", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
                   "DISABLE_ERROR_REPORTING"):

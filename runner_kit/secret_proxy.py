@@ -1,0 +1,179 @@
+"""Keep a coding agent's secrets out of its reach: a loopback proxy that holds them for it.
+
+A coding agent needs its model API key (and the LangBot MCP bridge's token) to work, but every tool
+it runs can read its environment, its config files and ``/proc/<agent>/environ``. So the agent
+never gets a secret. It gets a *stand-in*: a random value that means nothing anywhere else, and a
+base URL on 127.0.0.1 that points here. This proxy forwards each request to the real upstream and
+puts the real secret where the stand-in was (any header value, the query string); the real value
+never enters the agent's sandbox, its files or its environment, so no tool call can print it and no
+tool result or log line can carry it.
+
+A tool that finds the stand-in can still reach the model through this proxy while the agent runs
+(it has the agent's own access, nothing more); the proxy closes with the agent process, and the
+stand-in then opens nothing. Responses pass through unchanged (streams included, byte for byte).
+
+    async with SecretProxy.open(redact=env.redact) as proxy:
+        base = proxy.route("https://api.anthropic.com")
+        env["ANTHROPIC_BASE_URL"], env["ANTHROPIC_API_KEY"] = base, proxy.stand_in(api_key)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets as _secrets
+from collections.abc import AsyncIterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from .logs import get_logger
+
+log = get_logger("runner_kit.secret_proxy")
+
+STAND_IN_PREFIX = "lbr-standin-"
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
+                  "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
+
+
+class SecretProxy:
+    """One agent process's proxy: routes (upstream base URLs) and stand-ins for its secrets."""
+
+    def __init__(self, redact: Any = None):
+        self._redact = redact
+        self._routes: dict[str, str] = {}  # route id -> upstream base URL (no trailing slash)
+        self._stand_ins: dict[str, str] = {}  # stand-in -> real secret
+        self._by_secret: dict[str, str] = {}
+        self._runner: Any = None
+        self._client: httpx.AsyncClient | None = None
+        self.base = ""
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, redact: Any = None) -> AsyncIterator[SecretProxy]:
+        proxy = cls(redact)
+        await proxy.start()
+        try:
+            yield proxy
+        finally:
+            await proxy.close()
+
+    def stand_in(self, secret: str) -> str:
+        """The value the agent gets instead of ``secret`` (the same one each time)."""
+        if not secret:
+            return secret
+        if secret not in self._by_secret:
+            value = STAND_IN_PREFIX + _secrets.token_hex(16)
+            self._by_secret[secret] = value
+            self._stand_ins[value] = secret
+            if self._redact is not None:
+                self._redact.add(secret)
+        return self._by_secret[secret]
+
+    def route(self, upstream: str) -> str:
+        """A base URL on this proxy that forwards to ``upstream`` (path prefix kept)."""
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("upstream must be an http(s) URL")
+        rid = _secrets.token_hex(6)
+        self._routes[rid] = upstream.rstrip("/")
+        return f"{self.base}/r/{rid}"
+
+    async def start(self) -> None:
+        from aiohttp import web
+
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None), follow_redirects=False,
+                                         trust_env=True)
+        app = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        app.router.add_route("*", "/r/{rid}", self._handle)
+        app.router.add_route("*", "/r/{rid}/{rest:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.base = f"http://127.0.0.1:{port}"
+
+    async def close(self) -> None:
+        """Stop listening and forget every secret; safe to call twice."""
+        self._routes.clear()
+        self._stand_ins.clear()
+        self._by_secret.clear()
+        runner, self._runner = self._runner, None
+        client, self._client = self._client, None
+        if runner is not None:
+            with contextlib.suppress(Exception):
+                await runner.cleanup()
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.aclose()
+
+    def _fill(self, text: str) -> str:
+        if STAND_IN_PREFIX not in text:
+            return text
+        for stand_in, real in self._stand_ins.items():
+            text = text.replace(stand_in, real)
+        return text
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
+
+        upstream = self._routes.get(request.match_info["rid"])
+        client = self._client
+        if upstream is None or client is None:
+            return web.json_response({"error": {"type": "not_found", "message": "no such route"}}, status=404)
+        rest = request.match_info.get("rest", "")
+        url = upstream + ("/" + rest if rest else "")
+        if request.query_string:
+            url += "?" + self._fill(request.query_string)
+        headers = [(k, self._fill(v)) for k, v in request.headers.items() if k.lower() not in _HOP]
+        body = await request.read()
+        try:
+            req = client.build_request(request.method, url, headers=headers, content=body)
+            resp = await client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            host = urlsplit(upstream).hostname or "the upstream"
+            log.info("secret proxy: %s %s failed: %s", request.method, host, type(exc).__name__)
+            return web.json_response(
+                {"error": {"type": "proxy_error", "message": f"could not reach {host} ({type(exc).__name__})"}},
+                status=502)
+        try:
+            out = web.StreamResponse(status=resp.status_code, reason=resp.reason_phrase or None)
+            for k, v in resp.headers.multi_items():
+                if k.lower() not in _HOP:
+                    out.headers.add(k, v)
+            await out.prepare(request)
+            if request.method != "HEAD":
+                async for chunk in resp.aiter_raw():
+                    await out.write(chunk)
+            await out.write_eof()
+            return out
+        except (httpx.HTTPError, ConnectionError) as exc:
+            log.info("secret proxy: the stream from upstream ended early: %s", type(exc).__name__)
+            raise
+        finally:
+            await resp.aclose()
+
+
+def mcp_behind(server: Any, proxy: SecretProxy) -> Any:
+    """A :class:`runner_kit.agent_mcp.LangBotMCP` as the agent gets it: its URL through ``proxy``
+    and a stand-in for its token (in the stdio proxy's environment too)."""
+    import dataclasses
+
+    parts = urlsplit(server.url)
+    origin = f"{parts.scheme}://{parts.netloc}"
+    routed = proxy.route(origin)
+    token = proxy.stand_in(server.token)
+
+    def swap(text: str) -> str:
+        return text.replace(server.token, token).replace(origin, routed)
+
+    return dataclasses.replace(
+        server, url=swap(server.url), token=token,
+        stdio_args=tuple(swap(a) for a in server.stdio_args),
+        stdio_env={k: swap(v) for k, v in server.stdio_env.items()},
+    )
+
+
+__all__ = ["STAND_IN_PREFIX", "SecretProxy", "mcp_behind"]
