@@ -25,6 +25,19 @@ What the SDK's bridge offers (langbot-plugin 0.7.16 and 0.7.18 ship the same cod
   ``langbot_reply_files``, plus ``langbot_get_current_event`` and ``langbot_list_assets``, which
   are always there. A run that grants none of the former gets no server at all.
 
+The bridge belongs to the agent process, not to one run: an adapter keeps the block open for the
+life of its agent (its exit stack). The bridge serves whichever run holds that agent now:
+
+* while the run that started it holds the agent, calls go out under that run's id, with its grants;
+* when the agent is parked on a question (:mod:`runner_kit.approvals`: the run ends, the agent
+  waits), the kit calls :func:`release`: from then on every call is refused with
+  :data:`NO_RUN` (the calls still running are cancelled and answered the same way), and
+  ``tools/list`` is empty. LangBot forgets a run at its end, so nothing may go out under it;
+* when a later run attaches to the parked agent, the kit calls :func:`hand_over`: the bridge serves
+  that run (its id, its grants; a tool it does not grant is refused), with the same port and token.
+  The token is added to the new run's redactor and a request waits at most as long as that run has
+  left.
+
 The bridge is stopped when the block exits, however it exits (a host cancel included): the tool
 calls still running on the loop are cancelled, the listening socket is closed and its serving
 thread joined, and a request that slips in before then is refused.
@@ -52,6 +65,9 @@ DEFAULT_NAME = "langbot"
 # Codex wants ``^[a-zA-Z0-9_-]+$`` for a server name; Claude Code builds ``mcp__<name>__<tool>``
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ENDED = "the LangBot run this MCP server belonged to has ended"
+NO_RUN = "the LangBot run this tool belonged to has ended; the agent is waiting for an answer"
+"""What a call gets while no run holds the agent (parked on a question, or between runs)."""
+NO_API = "the LangBot run that holds the agent offers no host API to call"
 
 log = get_logger("runner_kit.agent_mcp")
 
@@ -120,40 +136,123 @@ class LangBotMCP:
 
 
 class _RunTools:
-    """The SDK's tool surface for one run as the bridge sees it, closable from the run.
+    """The SDK's tool surface as the bridge sees it: the one of the run that holds the agent now,
+    or none (every call refused); closable when the agent stops.
 
-    Tool calls run as tasks on the run's loop (the bridge's threads submit them); they are
-    remembered so that leaving the block cancels them instead of leaving host calls running.
+    Tool calls run as tasks on the loop (the bridge's threads submit them); they are remembered so
+    that a release or the close cancels them instead of leaving host calls running.
     """
 
-    def __init__(self, tools: Any):
-        self._tools = tools
+    def __init__(self, external_tools_cls: Any):
+        self._cls = external_tools_cls
+        self._tools: Any = None  # AgentRunExternalTools(api, ctx) of the run that holds the agent
+        self._why = NO_RUN  # what a call gets while _tools is None
         self._calls: set[asyncio.Task[Any]] = set()
+        self._released: set[asyncio.Task[Any]] = set()  # calls cancelled by release(): answered _why
+        self.env: RunEnv | None = None  # the run this surface is listed on (see _holders)
+        self.run_id: str | None = None  # the run the calls go out under; None while none holds the agent
+        self.bridge: Any = None
         self.closed = False
 
+    def bind(self, env: RunEnv) -> None:
+        """Serve the run of ``env``: its host API, its id and grants. RuntimeError when the run has
+        no host API (then nothing is served)."""
+        self._move_to(env)
+        self.unbind(NO_API)
+        api = env.ctx.api  # RuntimeError: no active host API
+        self._tools = self._cls(api, env.ctx)
+        self.run_id = str(env.ctx.run_id)
+        if self.bridge is not None:
+            env.redact.add(self.bridge.token)
+            # a request waits for its tool call at most as long as this run has left
+            self.bridge.request_timeout = max(1.0, env.deadline - time.monotonic())
+
+    def unbind(self, why: str = NO_RUN) -> None:
+        """Serve no run: every call, and those still running (cancelled), is answered ``why``."""
+        self._tools, self._why, self.run_id = None, why, None
+        for task in list(self._calls):
+            self._released.add(task)
+            task.cancel()
+
+    def _move_to(self, env: RunEnv) -> None:
+        if self.env is env:
+            return
+        if self.env is not None and self in _holders(self.env):
+            _holders(self.env).remove(self)
+        self.env = env
+        _holders(env).append(self)
+
     def mcp_tools(self, *, include_unavailable: bool = False, include_run_token: bool = False) -> list[dict[str, Any]]:
-        if self.closed:
+        if self.closed or self._tools is None:
             return []
         listed: list[dict[str, Any]] = self._tools.mcp_tools(include_run_token=include_run_token)
         return listed
 
     async def call_mcp_tool(self, name: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
         if self.closed:
-            return {"isError": True, "content": [{"type": "text", "text": _ENDED}]}
+            return _refusal(_ENDED)
+        tools = self._tools
+        if tools is None:
+            return _refusal(self._why)
         task = asyncio.current_task()
         if task is not None:
             self._calls.add(task)
         try:
-            result: dict[str, Any] = await self._tools.call_mcp_tool(name, arguments)
+            result: dict[str, Any] = await tools.call_mcp_tool(name, arguments)
             return result
+        except asyncio.CancelledError:
+            if task is None or task not in self._released or self.closed:
+                raise
+            task.uncancel()  # released, not stopped: the agent gets the refusal, not a broken request
+            return _refusal(self._why)
         finally:
             if task is not None:
                 self._calls.discard(task)
+                self._released.discard(task)
 
     def close(self) -> None:
         self.closed = True
+        if self.env is not None and self in _holders(self.env):
+            _holders(self.env).remove(self)
+        self._tools, self.run_id = None, None
         for task in list(self._calls):
             task.cancel()
+
+
+def _refusal(text: str) -> dict[str, Any]:
+    return {"isError": True, "content": [{"type": "text", "text": text}]}
+
+
+def _holders(env: Any) -> list[_RunTools]:
+    """The bridges of the agent that ``env``'s run holds (``RunEnv.mcp_bridges``)."""
+    held: list[_RunTools] | None = getattr(env, "mcp_bridges", None)
+    if held is None:
+        held = []
+        env.mcp_bridges = held
+    return held
+
+
+def release(env: RunEnv) -> None:
+    """The run of ``env`` no longer holds its agent (it is parked on a question): its bridges
+    refuse every call until a later run takes the agent (:func:`hand_over`)."""
+    for tools in list(_holders(env)):
+        if tools.run_id is not None:
+            log.info("LangBot MCP server: run %s let go of the agent; tool calls are refused until a "
+                     "later run takes it", tools.run_id)
+        tools.unbind(NO_RUN)
+
+
+def hand_over(old: RunEnv, new: RunEnv) -> None:
+    """A later run (``new``) takes the agent that ``old``'s run held: the agent's bridges serve it."""
+    if old is new:
+        return
+    for tools in list(_holders(old)):
+        try:
+            tools.bind(new)
+        except RuntimeError:
+            log.info("LangBot MCP server: run %s has no host API; tool calls are refused", new.ctx.run_id)
+            continue
+        log.info("LangBot MCP server: now serving run %s", tools.run_id)
 
 
 def _sdk() -> tuple[Any, Any] | None:
@@ -187,19 +286,20 @@ async def langbot_mcp(env: RunEnv, enabled: bool, name: str = DEFAULT_NAME) -> A
         log.info("LangBot MCP server: the run has no active host API")
         yield None
         return
-    tools = _RunTools(external_tools_cls(api, env.ctx))
-    tool_names = tuple(str(t.get("name")) for t in tools.mcp_tools())
+    surface = external_tools_cls(api, env.ctx)
+    tool_names = tuple(str(t.get("name")) for t in surface.mcp_tools())
     if not set(tool_names) - ALWAYS_LISTED:
         log.info("LangBot MCP server: the run grants no tools, knowledge bases, history or sandbox")
         yield None
         return
-    # a request waits for its tool call at most as long as the run has left
-    timeout = max(1.0, env.deadline - time.monotonic())
-    bridge = bridge_cls(tools, host="127.0.0.1", port=0, request_timeout=timeout, server_name=name)
-    env.redact.add(bridge.token)
+    tools = _RunTools(external_tools_cls)
+    bridge = bridge_cls(tools, host="127.0.0.1", port=0, server_name=name)
+    tools.bridge = bridge
+    tools.bind(env)  # the token into the run's redactor; the request timeout from its deadline
     try:
         bridge.start()
     except OSError as exc:
+        tools.close()
         log.warning("LangBot MCP server: could not listen on 127.0.0.1: %s", exc)
         yield None
         return
@@ -257,4 +357,4 @@ def _knock(address: tuple[str, int]) -> None:
         pass
 
 
-__all__ = ["ALWAYS_LISTED", "DEFAULT_NAME", "LangBotMCP", "langbot_mcp"]
+__all__ = ["ALWAYS_LISTED", "DEFAULT_NAME", "NO_RUN", "LangBotMCP", "hand_over", "langbot_mcp", "release"]

@@ -31,6 +31,7 @@ from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
+from . import agent_mcp
 from . import approvals as ap
 from . import events as ev
 from .channel import Channel
@@ -92,6 +93,9 @@ class RunEnv:
         base = session_key_base or "runner"
         self.memory = ap.Memory(base + ap.MEMORY_SUFFIX, (ctx.state.conversation or {}).get(base + ap.MEMORY_SUFFIX))
         self.pending_key = base + ap.PENDING_SUFFIX
+        # the LangBot MCP bridges of the agent this run holds (runner_kit.agent_mcp): let go of
+        # when the agent is parked, handed to the run that attaches to it
+        self.mcp_bridges: list[Any] = []
 
     async def ask(self, question: ap.Question) -> ap.Decision:
         """Ask the chat (``permission-mode: ask``) and wait for the answer; see
@@ -358,8 +362,7 @@ async def drive(
                     yield builder.completed(usage)
                     return
                 resume, index, after = waiting, waiting.index, attach.next_input
-                waiting.adapter.env = env
-                live = waiting.adapter
+                live = waiting.adapter  # _attach gave it this run's env
             else:
                 stale = _stale_question(ctx, env, inp)
                 if stale is not None:
@@ -762,6 +765,10 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     d.by = name
     a.decision = d
     a.resumed = True
+    # the agent is this run's from here on, before it hears the answer (results() gives it): what
+    # it asks goes to this run, and its LangBot tool calls go out under this run's id and grants
+    agent_mcp.hand_over(p.adapter.env, env)
+    p.adapter.env = env
     env.turn_actor = (p.gate.asker, p.gate.asker_name) if p.gate.asker else env.turn_actor
     return a
 
@@ -878,6 +885,7 @@ async def _asking(
     parked = ap.Parked(key=key, question=q, future=future, adapter=adapter, task=task, queue=queue, gate=gate,
                        expires_at=expires, agent=agent, index=index)
     ap.park(parked)
+    agent_mcp.release(adapter.env)  # this run is ending: LangBot forgets it, so nothing goes out under it
     state.parked = parked
     yield builder.state(env.pending_key, {"id": q.id, "title": q.title, "kind": q.kind, "agent": agent,
                                           "asked_at": int(time.time()), "expires_at": int(expires)})

@@ -4,6 +4,7 @@ what the local host granted the run, and gone when the block exits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -13,13 +14,14 @@ import httpx
 import pytest
 from langbot_plugin.api.proxies.runner import RunnerAPIProxy
 
+from runner_kit import approvals as ap
 from runner_kit import events as ev
-from runner_kit.agent_mcp import LangBotMCP, langbot_mcp
+from runner_kit.agent_mcp import NO_RUN, LangBotMCP, hand_over, langbot_mcp, release
 from runner_kit.config import ConfigSchema
 from runner_kit.errors import Redactor
 from runner_kit.runner import Adapter, KitRunner, RunEnv
 from runners_cli.host import Identity, LocalHost
-from tests.helpers import dump, final_text, rtype, run
+from tests.helpers import dump, final_text, messages, rtype, run, scripted_runner, terminal
 
 SCHEMA = ConfigSchema.from_items([{"name": "timeout", "type": "float", "default": 60}])
 NO_CONVERSATION = Identity(conversation_id=None)  # the local host grants history_page to every conversation
@@ -307,3 +309,179 @@ async def test_inside_a_real_run_the_token_never_shows_in_results_or_logs(caplog
     assert "agent echoed" in logs and "Bearer ***" in logs
     assert token not in dump(results) and token not in logs
     await assert_refused(McpAgent.seen[0].url)
+
+
+# --- the bridge serves the run that holds the agent (issue 29) ------------------------------------
+
+CALENDAR = {"tools": [{"tool_name": "calendar", "tool_type": "plugin", "description": "dates", "operations": ["call"]}]}
+BOTH = {"tools": WEATHER["tools"] + CALENDAR["tools"]}
+
+
+def host_calls(host: LocalHost) -> list[tuple[str, str]]:
+    """``(run id, tool)`` of every tool call that reached the host."""
+    return [(c.data["run_id"], c.data["tool_name"]) for c in host.calls if c.action == "call_tool"]
+
+
+def refusal(result: dict) -> str:
+    assert result.get("isError") is True, result
+    return result["content"][0]["text"]
+
+
+async def test_a_later_run_that_takes_the_agent_is_served_under_its_own_id_and_grants():
+    host = weather_host()
+    host.tool_results["calendar"] = {"today": "Monday"}
+    first = make_env(host, identity=NO_CONVERSATION, resources=BOTH)
+    later = make_env(host, identity=NO_CONVERSATION, resources=CALENDAR)
+    async with langbot_mcp(first, True) as server, httpx.AsyncClient(timeout=10) as client:
+        assert server is not None
+        weather = {"tool_name": "weather", "parameters": {}}
+        calendar = {"tool_name": "calendar", "parameters": {}}
+        assert (await call(client, server, "langbot_call_tool", weather))["structuredContent"] == {"temp": 21}
+
+        release(first)  # the agent is parked on a question: the first run is over
+        assert refusal(await call(client, server, "langbot_call_tool", weather)) == NO_RUN
+        assert refusal(await call(client, server, "langbot_list_assets", {})) == NO_RUN
+        assert (await rpc(client, server, "tools/list")).json()["result"]["tools"] == []
+
+        hand_over(first, later)  # a button click: a new run attaches to the agent
+        assert (await call(client, server, "langbot_call_tool", calendar))["structuredContent"] == {"today": "Monday"}
+        denied = await call(client, server, "langbot_call_tool", weather)
+        assert "not authorized" in refusal(denied), "the later run does not grant weather"
+        assets = await call(client, server, "langbot_list_assets", {"asset_types": ["tools"]})
+        assert assets["structuredContent"]["run_id"] == later.ctx.run_id
+        assert [t["tool_name"] for t in assets["structuredContent"]["tools"]] == ["calendar"]
+        assert host_calls(host) == [(first.ctx.run_id, "weather"), (later.ctx.run_id, "calendar")]
+        # same port and token; the later run's results and logs hide the token too
+        assert later.redact(f"Bearer {server.token}") == "Bearer ***"
+        assert first.mcp_bridges == [] and len(later.mcp_bridges) == 1
+    assert later.mcp_bridges == [], "a closed bridge is nobody's"
+    await assert_refused(server.url)
+
+
+async def test_a_call_still_running_when_the_agent_is_parked_is_stopped_and_refused():
+    host = weather_host()
+    started, cancelled = asyncio.Event(), []
+    answer = host.call_action
+
+    async def slow_tools(action: Any, data: dict, timeout: float = 15.0) -> dict:
+        if getattr(action, "value", action) == "call_tool":
+            started.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                cancelled.append(data["run_id"])
+                raise
+        return await answer(action, data, timeout)
+
+    host.call_action = slow_tools  # type: ignore[method-assign]
+    env = make_env(host, identity=NO_CONVERSATION, resources=WEATHER)
+    async with langbot_mcp(env, True) as server, httpx.AsyncClient(timeout=10) as client:
+        assert server is not None
+        pending = asyncio.create_task(call_raw(client, server))
+        await asyncio.wait_for(started.wait(), 5)
+        release(env)
+        resp = await asyncio.wait_for(pending, 5)
+        assert resp.status_code == 200
+        assert refusal(resp.json()["result"]) == NO_RUN, "the agent hears why, not a broken request"
+        assert cancelled == [env.ctx.run_id], "the host call of the ended run is not left running"
+        ping = await rpc(client, server, "ping")
+        assert ping.status_code == 200, "the bridge itself goes on serving"
+
+
+async def test_the_agents_port_and_token_are_gone_once_it_stops():
+    env = make_env(weather_host(), identity=NO_CONVERSATION, resources=WEATHER)
+    async with langbot_mcp(env, True) as server:
+        assert server is not None
+        release(env)  # parked, then stopped without a later run taking it
+        token, url = server.token, server.url
+        private = url.removesuffix("/http")  # the stdio proxy's endpoint
+    await assert_refused(url)
+    await assert_refused(private)
+    later = make_env(weather_host(), identity=NO_CONVERSATION, resources=WEATHER)
+    async with langbot_mcp(later, True) as fresh, httpx.AsyncClient(timeout=10) as client:
+        assert fresh is not None and fresh.token != token
+        stale = await rpc(client, fresh, "tools/list", headers={"Authorization": f"Bearer {token}"})
+        assert stale.status_code == 401, "an agent's token opens no other agent's bridge"
+
+
+class ParkingAgent(Adapter):
+    """A coding agent with a bridge for the life of its process: calls a LangBot tool, asks the
+    chat, and once answered calls it again; ``seen`` records the server and each result."""
+
+    platform = "ParkingAgent"
+    session_key = "parking.session"
+    multi_turn = True
+    seen: list[Any] = []
+
+    def __init__(self, env: RunEnv):
+        super().__init__(env)
+        self._stack = contextlib.AsyncExitStack()
+        self.server: LangBotMCP | None = None
+
+    async def turn(self, inp, index):
+        if self.server is None:
+            self.server = await self._stack.enter_async_context(langbot_mcp(self.env, True))
+            type(self).seen.append(self.server)
+        assert self.server is not None
+        weather = {"tool_name": "weather", "parameters": {}}
+        async with httpx.AsyncClient(timeout=10) as client:
+            type(self).seen.append(await call(client, self.server, "langbot_call_tool", weather))
+            yield ev.Text("Checking.")
+            decision = await self.env.ask(ap.Question(title="look outside", scope="look"))
+            type(self).seen.append(await call(client, self.server, "langbot_call_tool", weather))
+        yield ev.Text(f" {decision.word}: {json.dumps(type(self).seen[-1].get('structuredContent'))}")
+
+    async def close(self):
+        await self._stack.aclose()
+
+
+def parking_runner() -> tuple[Any, LocalHost, list[Any]]:
+    """A runner over a fresh ParkingAgent class: ``(runner, host, what its agents saw)``."""
+    schema = ConfigSchema.from_items([{"name": "timeout", "type": "float", "default": 60},
+                                      {"name": "approval-timeout", "type": "float", "default": 600}])
+    runner, host, cls = scripted_runner(ParkingAgent, schema, seen=[])
+    host.tool_results = {"weather": {"temp": 21}}
+    return runner, host, cls.seen
+
+
+@pytest.mark.usefixtures("no_parked")
+async def test_a_button_answer_hands_the_agents_bridge_to_the_new_run():
+    runner, host, seen = parking_runner()
+    first = host.make_context("weather?", interactions=True, resources=WEATHER)
+    out1 = await run_ctx(runner, host, first)
+    assert rtype(terminal(out1)) == "run.completed"
+    server = seen[0]
+    (req,) = host.interactions
+
+    async with httpx.AsyncClient(timeout=10) as client:  # while the agent waits for the click
+        parked = await call(client, server, "langbot_call_tool", {"tool_name": "weather", "parameters": {}})
+    assert refusal(parked) == NO_RUN
+
+    click = host.make_context(interactions=True, resources=WEATHER,
+                              interaction={"interaction_id": req["interaction_id"], "action_id": "allow"})
+    out2 = await run_ctx(runner, host, click)
+    assert rtype(terminal(out2)) == "run.completed"
+    assert messages(out2)[-1].endswith('allow: {"temp": 21}'), messages(out2)
+    assert host_calls(host) == [(first.run_id, "weather"), (click.run_id, "weather")]
+    assert server.token not in dump(out1 + out2)
+    await assert_refused(server.url)  # the agent stopped at the end of the second run
+
+
+@pytest.mark.usefixtures("no_parked")
+async def test_a_parked_agent_that_is_stopped_closes_its_port():
+    runner, host, seen = parking_runner()
+    await run_ctx(runner, host, host.make_context("weather?", interactions=True, resources=WEATHER))
+    server = seen[0]
+    async with httpx.AsyncClient(timeout=10) as client:
+        assert (await client.get(server.url.removesuffix("/mcp/http") + "/healthz")).status_code == 200
+    await ap.close_all()  # the plugin shuts down: the parked agent is stopped
+    await assert_refused(server.url)
+    assert host_calls(host) == [(host_calls(host)[0][0], "weather")], "nothing went out after the run"
+
+
+async def run_ctx(runner: Any, host: LocalHost, ctx: Any) -> list[Any]:
+    out = []
+    async for r in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, r)
+        out.append(r)
+    return out
