@@ -5,8 +5,10 @@ asks (an ACP ``session/request_permission``, a Codex approval request, a Claude 
 ``can_use_tool`` control request) and gets a :class:`Decision`. The kit does the rest (see
 ``runner.py``):
 
-- a request of a kind already allowed "for this session" is allowed at once (kept in conversation
-  state per agent session, so a reset or a new session forgets it);
+- a request already allowed "for this session" is allowed at once: "for this session" covers exactly
+  what the question's button said — this command (or the agent's own prefix rule, for simple
+  commands only), this file — never a kind of request (:mod:`runner_kit.command_scope`); kept in
+  conversation state per agent session, so a reset or a new session forgets it;
 - otherwise the chat gets one short question. Where the host renders interactions
   (``ctx.delivery.interactions``) it carries buttons and the run ends at once, leaving the agent
   process waiting in this plugin process (:data:`PARKED`): the click comes back as a new run
@@ -30,6 +32,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import command_scope as cs
 from .channel import Channel
 from .logs import get_logger
 
@@ -37,7 +40,8 @@ log = get_logger("runner_kit.approvals")
 
 DEFAULT_APPROVAL_TIMEOUT = 600.0
 PARK_GRACE = 5.0  # after a parked question timed out: how long the agent gets to take the denial
-MEMORY_SUFFIX = ".approvals"  # conversation state: {"session": <agent session>, "allow": [scopes]}
+MEMORY_SUFFIX = ".approvals"  # conversation state: {"session": <agent session>, "allow": [keys], "v": 2}
+MEMORY_VERSION = 2  # older values (scopes such as "shell:git", "edit") are not read: nothing is remembered
 PENDING_SUFFIX = ".pending-question"  # conversation state: the question a parked agent waits on
 
 MAX_CHOICES = 20  # a question with up to this many options is asked with one button an option
@@ -71,17 +75,43 @@ class Question:
     """What the agent asks.
 
     ``kind`` ``permission``: may it do ``title`` (one line: the command, or the file and what
-    changes); ``scope`` names the kind of request that "allow for this session" covers (e.g.
-    ``shell:git``, ``edit``). ``kind`` ``question``: the agent asks the user ``title``, with
-    ``options`` to pick from and/or a free-text answer."""
+    changes); ``scope`` is what "allow for this session" remembers and ``request`` what is asked
+    for (when it differs), each one or several keys of :mod:`runner_kit.command_scope`
+    (``cmd:git status``, ``cmd-prefix:git status``, ``edit:src/app.py``); no scope: it can only be
+    allowed once. ``kind`` ``question``: the agent asks the user ``title``, with ``options`` to pick
+    from and/or a free-text answer."""
 
     title: str
     detail: str = ""
     kind: str = "permission"
-    scope: str = ""
+    scope: str | tuple[str, ...] = ""
+    request: str | tuple[str, ...] | None = None  # None: the same as scope
     options: list[Option] = field(default_factory=list)
     free_text: bool = True
     id: str = field(default_factory=lambda: f"ask-{uuid.uuid4().hex[:16]}")
+
+    def remembers(self) -> tuple[str, ...]:
+        """The keys "allow for this session" keeps; () when they cannot be kept (an unknown scope,
+        a file outside the workspace)."""
+        keys = _keys(self.scope)
+        return keys if keys and all(cs.valid(k) for k in keys) else ()
+
+    def asks(self) -> tuple[str, ...]:
+        """The keys this request needs covered to be allowed without asking."""
+        return _keys(self.scope if self.request is None else self.request)
+
+    @property
+    def session_label(self) -> str | None:
+        """The "allow for this session" button, saying what it covers; None when there is none."""
+        keys = self.remembers()
+        return cs.label(*keys) if keys else None
+
+
+def _keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    """One key or several; an empty one in several stays (it is no key, so they never all match)."""
+    if value is None or isinstance(value, str):
+        return (value,) if value else ()
+    return tuple(k if isinstance(k, str) else "" for k in value)
 
 
 @dataclass(slots=True)
@@ -121,8 +151,8 @@ def parse_answer(text: str, question: Question) -> Decision | None:
             return Decision(allow=True, answer=raw)
         return None
     for word in _WORDS[ALWAYS] + _WORDS[ALLOW]:
-        if low == word:
-            return Decision(allow=True, always=word in _WORDS[ALWAYS])
+        if low == word:  # "always" on what cannot be remembered is an allow once
+            return Decision(allow=True, always=word in _WORDS[ALWAYS] and bool(question.remembers()))
     for word in sorted(_WORDS[DENY], key=len, reverse=True):
         if low == word:
             return Decision(allow=False)
@@ -152,7 +182,7 @@ def from_submission(submission: Any, question: Question, *, field: str = "answer
             return Decision(allow=True, answer=str(value).strip())
         return None
     if action in (ALLOW, ALWAYS, DENY):
-        return Decision(allow=action != DENY, always=action == ALWAYS)
+        return Decision(allow=action != DENY, always=action == ALWAYS and bool(question.remembers()))
     return None
 
 
@@ -176,8 +206,13 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
         lines.append(f"🔐 {agent} wants to {q.title}")
         if q.detail:
             lines.append(q.detail)
-        lines.append("Reply allow (once), always (for this session) or deny (a reason may follow). "
-                     "/ 回复 允许、总是允许 或 拒绝（可附理由）。")
+        covered = cs.what(q.remembers())
+        if covered is not None:
+            lines.append(f"Reply allow (once), always (allow {covered} for this session) or deny (a reason "
+                         "may follow). / 回复 允许、总是允许（本次会话内）或 拒绝（可附理由）。")
+        else:
+            lines.append("Reply allow (once) or deny (a reason may follow); this cannot be allowed for the "
+                         "whole session. / 回复 允许 或 拒绝（可附理由）。")
     if who:
         lines.append(f"(Only {who} can answer.)")
     return "\n".join(lines)
@@ -203,9 +238,10 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
 
     if q.kind != "question":
         request["kind"] = "confirmation"
-        request["actions"] = [{"id": ALLOW, "label": ACTIONS[ALLOW], "style": style("primary")},
-                              {"id": ALWAYS, "label": ACTIONS[ALWAYS], "style": style("default")},
-                              {"id": DENY, "label": ACTIONS[DENY], "style": style("danger")}]
+        request["actions"] = [{"id": ALLOW, "label": ACTIONS[ALLOW], "style": style("primary")}]
+        if (session := q.session_label) is not None:  # says what it covers; none if nothing can be kept
+            request["actions"].append({"id": ALWAYS, "label": session, "style": style("default")})
+        request["actions"].append({"id": DENY, "label": ACTIONS[DENY], "style": style("danger")})
     elif q.options and len(q.options) <= MAX_CHOICES:
         request["kind"] = "choice"
         request["actions"] = [{"id": f"opt-{i}", "label": opt.label[:200] or opt.value[:200], "style": "default"}
@@ -267,29 +303,39 @@ class Gate:
 
 
 class Memory:
-    """Kinds of request allowed "for this session", per agent session (conversation state)."""
+    """What was allowed "for this session", per agent session (conversation state): scope keys of
+    :mod:`runner_kit.command_scope`. A request is allowed without asking only when each key it
+    asks for is covered (the same command, file or call; a simple command under a prefix rule).
+    A value stored by an older version, or a key this version does not know, allows nothing."""
 
     def __init__(self, key: str, stored: Any):
         self.key = key
         self.session: str | None = None
         self.scopes: set[str] = set()
-        if isinstance(stored, dict) and isinstance(stored.get("allow"), list):
+        if (isinstance(stored, dict) and stored.get("v") == MEMORY_VERSION
+                and isinstance(stored.get("allow"), list)):
             self.session = stored.get("session") if isinstance(stored.get("session"), str) else None
-            self.scopes = {s for s in stored["allow"] if isinstance(s, str)}
+            self.scopes = {s for s in stored["allow"] if isinstance(s, str) and cs.valid(s)}
 
-    def allows(self, scope: str, session: str | None) -> bool:
-        return bool(scope) and session is not None and session == self.session and scope in self.scopes
+    def allows(self, request: Question | str, session: str | None) -> bool:
+        """Whether ``request`` (a question, or one key) is covered for ``session``."""
+        asked = request.asks() if isinstance(request, Question) else _keys(request)
+        if not asked or session is None or session != self.session:
+            return False
+        return all(any(cs.covers(kept, want) for kept in self.scopes) for want in asked)
 
-    def remember(self, scope: str, session: str | None) -> dict[str, Any] | None:
-        """Add ``scope``; the value to store (None when nothing changed)."""
-        if not scope or session is None:
+    def remember(self, scope: Question | str, session: str | None) -> dict[str, Any] | None:
+        """Keep what "allow for this session" on ``scope`` (a question, or one key) covers; the
+        value to store (None when nothing changed or nothing can be kept)."""
+        keys = scope.remembers() if isinstance(scope, Question) else _keys(scope)
+        if not keys or not all(cs.valid(k) for k in keys) or session is None:
             return None
         if session != self.session:
             self.session, self.scopes = session, set()
-        if scope in self.scopes:
+        if all(k in self.scopes for k in keys):
             return None
-        self.scopes.add(scope)
-        return {"session": session, "allow": sorted(self.scopes)}
+        self.scopes.update(keys)
+        return {"session": session, "allow": sorted(self.scopes), "v": MEMORY_VERSION}
 
 
 # --- parked agents ------------------------------------------------------------------------------

@@ -813,7 +813,7 @@ def _answered(env: RunEnv, builder: ResultBuilder, agent: str, q: ap.Question, d
     elif d.allow:
         said = ""
         logged = f"approval {q.id} ({q.title}) allowed {'for the session' if d.always else 'once'} by {who}"
-        if d.always and (value := env.memory.remember(q.scope, env.session.current)) is not None:
+        if d.always and (value := env.memory.remember(q, env.session.current)) is not None:
             out.append(builder.state(env.memory.key, value))
     else:
         said = ""  # the person who said no knows; the agent is told and answers
@@ -842,9 +842,10 @@ async def _asking(
     agent = _agent_name(adapter)
     if future.done():
         return
-    if q.kind == "permission" and env.memory.allows(q.scope, env.session.current):
+    if q.kind == "permission" and env.memory.allows(q, env.session.current):
         future.set_result(ap.Decision(allow=True, always=True, remembered=True))
-        yield builder.log(env.redact(f"approval {q.id} ({q.title}) allowed: {q.scope} is allowed for this session"))
+        yield builder.log(env.redact(f"approval {q.id} ({q.title}) allowed: {', '.join(q.asks())} "
+                                     "is allowed for this session"))
         return
     key = ap.conversation_key(env.ctx, adapter.platform)
     if key is None:

@@ -539,7 +539,8 @@ class ACPAdapter(Adapter):
         else:
             target = label or (", ".join(dict.fromkeys(paths))) or kind or "a tool"
             title, detail = f"use {kind or 'a tool'}: {target}", ""
-        scope = policy.scope(kind, command if kind == "execute" and isinstance(command, str) else label)
+        scope = policy.scope(kind, raw.get("command") if isinstance(raw, dict) else None, paths, self.workspace,
+                             label, raw)
         question = ap.Question(title=" ".join(title.split())[:300], detail=" ".join(detail.split())[:300], scope=scope)
         decision = await self.env.ask(question)  # self.env read now: it may be a later run's
         if self._cancelling or self._closed:  # session/cancel came while the chat was deciding

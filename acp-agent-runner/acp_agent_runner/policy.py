@@ -22,6 +22,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from runner_kit import command_scope as cs
+
 from . import const
 
 ALLOW = ("allow_once", "allow_always")
@@ -99,14 +101,28 @@ def choose_answer(options: Sequence[Any], allow: bool, always: bool) -> str | No
     return None
 
 
-def scope(kind: str | None, command: Any) -> str:
-    """What "allow for this session" covers: ``shell:<program>``, ``edit``, else the kind."""
+BOOKKEEPING = ("call_id", "turn_id", "started_at_ms", "process_id", "parsed_cmd", "source")  # codex-acp's
+
+
+def scope(kind: str | None, command: Any, paths: Sequence[str] = (), workspace: Path | None = None,
+          title: str = "", raw_input: Any = None) -> str | tuple[str, ...]:
+    """What "allow for this session" covers (runner_kit.command_scope): ``execute`` this exact
+    command (``rawInput.command``: codex-acp's argv ``["/bin/bash", "-lc", "<cmd>"]`` is judged as
+    ``<cmd>``, a string as the agent wrote it); ``edit`` / ``delete`` each of these files, ``move`` this move, inside the workspace
+    (a path outside it, or none named: nothing, it can only be allowed once); any other kind this
+    exact call (its title and input)."""
     if kind == "execute":
-        words = str(command or "").split()
-        return f"shell:{os.path.basename(words[0])}" if words else "shell"
+        if isinstance(command, list) and command and all(isinstance(c, str) for c in command):
+            command = cs.unwrap(command)
+        return cs.command_key(command) if isinstance(command, str) and command.strip() else ""
     if kind in const.EDIT_KINDS:
-        return "edit"
-    return kind or "other"
+        named = list(dict.fromkeys(p for p in paths if p))
+        if kind == "move":
+            return cs.move_key(named[0], named[1], workspace) if len(named) == 2 else ""
+        keys = tuple(cs.file_key(kind, p, workspace) for p in named)
+        return keys if keys and all(keys) else ""
+    payload = {k: v for k, v in raw_input.items() if k not in BOOKKEEPING} if isinstance(raw_input, dict) else raw_input
+    return cs.tool_key(kind or "other", {"title": title, "input": payload})
 
 
 def choose(options: Sequence[Any], allow: bool) -> str | None:

@@ -42,7 +42,7 @@ from . import const
 from .errors import rpc_failure, session_gone
 from .home import codex_config, native_codex, write_config
 from .mapping import TurnMapper, UsageMeter
-from .policy import APPROVAL_METHODS, FILE_CHANGE_APPROVAL, USER_INPUT, Permissions, question_parts
+from .policy import APPROVAL_METHODS, FILE_CHANGE_APPROVAL, USER_INPUT, Permissions, question
 from .rpc import Notification, Peer, PeerClosed, RpcError
 
 try:  # the run-scoped LangBot MCP bridge (runner_kit.agent_mcp)
@@ -81,6 +81,7 @@ class CodexAdapter(Adapter):
         self._stop_asked = False  # interrupt() came before turn/start answered
         self._events: list[ev.Event] = []  # from server requests, yielded by the running turn
         self._file_paths: dict[str, list[str]] = {}  # fileChange item id -> its paths (for approvals)
+        self._file_changes: dict[str, list[Any]] = {}  # fileChange item id -> its changes (path, kind)
         self._images: Path | None = None
 
     # --- the process --------------------------------------------------------------------------
@@ -248,6 +249,7 @@ class CodexAdapter(Adapter):
                 changes = v if isinstance(v := item.get("changes"), list) else []
                 self._file_paths[str(item.get("id"))] = [str(c.get("path")) for c in changes
                                                          if isinstance(c, dict) and c.get("path")]
+                self._file_changes[str(item.get("id"))] = [c for c in changes if isinstance(c, dict)]
 
     async def _answer(self, method: str, params: dict[str, Any]) -> Any:
         if method in APPROVAL_METHODS and self._perms is not None:
@@ -271,12 +273,14 @@ class CodexAdapter(Adapter):
         server request in a task), so the reader keeps reading while the question waits, possibly
         into a later run; ``self.env`` is read only after the wait, as the kit may have swapped it."""
         assert self._perms is not None
-        title, detail, scope = question_parts(method, params, paths)
-        d = await self.env.ask(ap.Question(title=title, detail=detail, scope=scope))
+        changes = self._file_changes.get(str(params.get("itemId"))) if method == FILE_CHANGE_APPROVAL else None
+        q = question(method, params, changes if changes is not None else paths, self._perms.workspace)
+        title = q.title
+        d = await self.env.ask(q)
         verdict = "allowed for this session" if d.allow and d.always else "allowed" if d.allow else "denied"
         why = f" ({d.reason})" if d.reason and not d.allow else ""
         self._events.append(ev.Log(f"Codex asked to {title}: {verdict}{why}"))
-        return self._perms.decision(method, d.allow, d.always)
+        return self._perms.decision(method, d.allow)  # "always" is kept by the kit (see policy.py)
 
     async def _questions(self, params: dict[str, Any]) -> dict[str, Any]:
         """``item/tool/requestUserInput`` (the request_user_input tool): each question asked in the

@@ -24,9 +24,11 @@ sandbox would allow them (real-peers.md §codex: ``untrusted`` asks
 ``item/commandExecution/requestApproval`` for a plain write); ``on-request`` leaves the choice to
 the model, which runs most commands inside the sandbox without asking, so the chat would see
 little. Each request becomes one :class:`runner_kit.approvals.Question` (see :func:`question`) and
-the answer goes back as ``accept`` / ``acceptForSession`` / ``decline`` (v1: ``approved`` /
-``approved_for_session`` / ``denied``); Codex's decline carries no reason field, so a deny reason
-stays in the chat.
+the answer goes back as ``accept`` / ``decline`` (v1: ``approved`` / ``denied``); Codex's decline
+carries no reason field, so a deny reason stays in the chat. "Allow for this session" is kept by the
+kit and covers exactly what the question said (this command, or Codex's proposed exec-policy prefix
+for a simple command; these files inside the workspace), so Codex is told ``accept``, never
+``acceptForSession``: its own session approval would answer later requests without the chat.
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from runner_kit import approvals as ap
+from runner_kit import command_scope as cs
 
 ASK = "ask"
 MODES = ("read-only", "workspace-write", "full-access", ASK)
@@ -140,40 +145,80 @@ def _legacy_paths(params: dict[str, Any]) -> list[str]:
     return []
 
 
-def question_parts(method: str, params: dict[str, Any], changes: list[str] | None = None) -> tuple[str, str, str]:
-    """``(title, detail, scope)`` of the chat question for one approval request."""
+def question(method: str, params: dict[str, Any], changes: list[Any] | None, workspace: Path | None) -> ap.Question:
+    """The chat question for one approval request, and what "allow for this session" covers.
+
+    A command: Codex's ``/bin/bash -lc '<cmd>'`` wrapper (string, or v1 argv) is taken off and
+    ``<cmd>`` is judged; the scope is that exact command, or Codex's own proposed exec-policy
+    prefix (``proposedExecpolicyAmendment``) when the command is a simple one that starts with it.
+    A file change: one key per file (``edit:``, ``delete:``, ``move:``) from the fileChange item's
+    ``changes`` (``kind`` ``add``/``update``/``delete``, ``move_path``) or v1 ``fileChanges``; a
+    file outside the workspace, files not known, or a ``grantRoot`` (a whole directory) make it one
+    that can only be allowed once."""
     if method in (FILE_CHANGE_APPROVAL, LEGACY_PATCH_APPROVAL):
-        paths = list(changes or []) + _legacy_paths(params)
+        entries = _entries(changes) + _legacy_entries(params)
         root = params.get("grantRoot") or params.get("grant_root")
-        what = ", ".join(paths) or (f"under {root}" if root else "in the workspace")
-        detail = str(params.get("reason") or "")
-        return f"change files: {what}", _one_line(detail), "edit"
+        what = ", ".join(dict.fromkeys(p for p, _, _ in entries)) or (f"under {root}" if root else "in the workspace")
+        keys = tuple(_file_key(path, kind, moved, workspace) for path, kind, moved in entries)
+        scope: tuple[str, ...] = () if root or not keys or not all(keys) else tuple(dict.fromkeys(keys))
+        return ap.Question(title=f"change files: {_one_line(what)}", detail=_one_line(str(params.get("reason") or "")),
+                           scope=scope, request=scope or "")
     cmd = params.get("command")
-    if isinstance(cmd, list):  # v1 execCommandApproval: argv
-        argv = [str(c) for c in cmd]
-    else:
-        argv = _split(str(cmd or ""))
-    shown = _unwrap(argv)
-    program = os.path.basename(shown[0]) if shown else "command"
+    inner = cs.unwrap([str(c) for c in cmd] if isinstance(cmd, list) else str(cmd or ""))
+    asked = cs.command_key(inner)
+    rule = _amendment(params)
     cwd = params.get("cwd")
-    return (f"run a command: {_one_line(' '.join(shown) or str(cmd or ''))}",
-            f"in {cwd}" if cwd else "", f"shell:{program}")
+    return ap.Question(title=f"run a command: {_one_line(inner)}", detail=f"in {cwd}" if cwd else "",
+                       scope=(cs.prefix_key(rule, inner) if rule else "") or asked, request=asked)
 
 
-def _split(cmd: str) -> list[str]:
-    import shlex
-    try:
-        return shlex.split(cmd)
-    except ValueError:
-        return cmd.split()
+def _amendment(params: dict[str, Any]) -> list[str] | None:
+    raw = params.get("proposedExecpolicyAmendment") or params.get("proposed_execpolicy_amendment")
+    if isinstance(raw, dict):
+        raw = raw.get("command")
+    if isinstance(raw, list) and raw and all(isinstance(w, str) for w in raw):
+        return raw
+    return None
 
 
-def _unwrap(argv: list[str]) -> list[str]:
-    """``/bin/bash -lc 'git push'`` → ``git push`` (Codex wraps each command in a login shell)."""
-    if len(argv) == 3 and os.path.basename(argv[0]) in ("bash", "sh", "zsh") and argv[1] in ("-lc", "-c"):
-        inner = _split(argv[2])
-        return inner if inner else argv
-    return argv
+def _file_key(path: str, kind: str, moved: str | None, workspace: Path | None) -> str:
+    if moved:
+        return cs.move_key(path, moved, workspace)
+    return cs.file_key(cs.DELETE if kind == "delete" else cs.EDIT, path, workspace)
+
+
+def _entries(changes: list[Any] | None) -> list[tuple[str, str, str | None]]:
+    """``(path, kind, moved to)`` of a v2 fileChange item's ``changes`` (or bare paths)."""
+    out: list[tuple[str, str, str | None]] = []
+    for c in changes or []:
+        if isinstance(c, str) and c:
+            out.append((c, "update", None))
+        elif isinstance(c, dict) and c.get("path"):
+            kind = c.get("kind")
+            body = kind if isinstance(kind, dict) else {}
+            name = str(body.get("type") or "update") if isinstance(kind, dict) else str(kind or "update")
+            moved = body.get("move_path") or body.get("movePath") or c.get("move_path") or c.get("movePath")
+            out.append((str(c["path"]), name, str(moved) if moved else None))
+    return out
+
+
+def _legacy_entries(params: dict[str, Any]) -> list[tuple[str, str, str | None]]:
+    """v1 ``fileChanges``: path -> ``{"add": …}`` / ``{"delete": …}`` / ``{"update": {move_path}}``
+    (or the same with a ``type`` field)."""
+    changes = params.get("fileChanges") or params.get("changes")
+    out: list[tuple[str, str, str | None]] = []
+    if not isinstance(changes, dict):
+        return out
+    for path, change in changes.items():
+        kind, body = "update", change if isinstance(change, dict) else {}
+        if isinstance(change, dict) and isinstance(change.get("type"), str):
+            kind = change["type"]
+        elif isinstance(change, dict) and len(change) == 1:
+            kind, inner = next(iter(change.items()))
+            body = inner if isinstance(inner, dict) else {}
+        moved = body.get("move_path") or body.get("movePath")
+        out.append((str(path), str(kind), str(moved) if moved else None))
+    return out
 
 
 def _one_line(text: str, limit: int = 300) -> str:

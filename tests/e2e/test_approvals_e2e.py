@@ -208,7 +208,8 @@ def test_a_lark_button_click_resumes_the_waiting_agent_in_a_new_run(
     wait_for("the question's buttons in the Lark chat", lambda: len(lark.buttons()) >= 3, 60)
     buttons = dict(lark.buttons())
     say(f"lark buttons: {list(buttons)}")
-    assert {"Allow once", "Allow for this session", "Deny"} <= set(buttons), buttons
+    # the session button says what it covers: this exact command (issue 29)
+    assert {"Allow once", "Allow `touch made.txt` for this session", "Deny"} <= set(buttons), buttons
     assert not (workspace / "made.txt").exists(), "nothing runs before the answer"
     before = len(lark.calls())
     assert host.lark_webhook(bot, lark.click(buttons["Allow once"])).status_code == 200

@@ -50,7 +50,9 @@ class Asker(Adapter):
         type(self).log.append("close")
 
 
-RM = {"title": "run a command: rm -rf build", "detail": "in the workspace", "scope": "shell:rm"}
+RM = {"title": "run a command: rm -rf build", "detail": "in the workspace", "scope": "cmd:rm -rf build"}
+# the agent proposed the rule "rm -rf …" (as Claude Code's Bash(rm -rf:*)): it covers simple commands only
+RM_RULE = {"title": "run a command: rm -rf build", "scope": "cmd-prefix:rm -rf", "request": "cmd:rm -rf build"}
 
 
 
@@ -72,7 +74,7 @@ texts = messages
     ("拒绝，太危险了", "deny", "太危险了"),
 ])
 def test_typed_answers_are_read_in_english_and_chinese(text, word, reason):
-    d = ap.parse_answer(text, ap.Question(title="x"))
+    d = ap.parse_answer(text, ap.Question(title="x", scope="cmd:x"))
     assert d is not None and d.word == word and d.reason == reason
 
 
@@ -172,7 +174,9 @@ async def test_deny_with_a_reason_reaches_the_agent():
 
 
 async def test_allow_for_session_is_not_asked_again_in_this_run_or_the_next():
-    runner, host, cls = make(RM, dict(RM, title="run a command: rm -rf dist"))
+    # (this test once used scope "shell:rm" for both: the program's first word. Now the second
+    # command is covered because the first question's rule "rm -rf" was what "always" kept.)
+    runner, host, cls = make(RM_RULE, dict(RM_RULE, title="run a command: rm -rf dist", request="cmd:rm -rf dist"))
     out = await drive(runner, host, host.make_context("clean", steering=True), ["always"])
     asked = [t for t in texts(out) if "wants to" in t]
     assert len(asked) == 1, "the second rm was covered by 'always'"
@@ -315,6 +319,128 @@ async def test_a_click_by_someone_else_leaves_the_question_open():
     out = await drive(runner, host, host.make_context(
         interactions=True, interaction={"interaction_id": req["interaction_id"], "action_id": "deny"}))
     assert cls.log[0].word == "deny" and texts(out)[-1].endswith("deny] Done.")
+
+
+# --- what "allow for this session" covers (issue 29) --------------------------------------------------
+
+
+def _cmd(command, rule=None):
+    from runner_kit import command_scope as cs
+
+    asked = cs.command_key(command)
+    return ap.Question(title=f"run a command: {command}", scope=(cs.prefix_key(rule, command) if rule else "") or asked,
+                       request=asked)
+
+
+def test_memory_allows_the_exact_command_and_nothing_else():
+    m = ap.Memory("k", None)
+    stored = m.remember(_cmd("git status"), "s1")
+    assert stored == {"session": "s1", "allow": ["cmd:git status"], "v": ap.MEMORY_VERSION}
+    assert m.allows(_cmd("git status"), "s1") and m.allows(_cmd("git   status"), "s1")
+    for other in ("git status; rm -f precious.txt; touch PWNED.txt", "git status && touch PWNED.txt",
+                  "git status --short", "git push", "git status | sh", "git status $(touch PWNED.txt)"):
+        assert not m.allows(_cmd(other), "s1"), other
+    assert not m.allows(_cmd("git status"), "s2"), "another agent session"
+    assert not m.allows(ap.Question(title="x"), "s1"), "a question with no key is never covered"
+
+
+def test_a_prefix_rule_covers_simple_commands_only():
+    m = ap.Memory("k", None)
+    q = _cmd("git status", rule="git status")
+    assert q.scope == "cmd-prefix:git status" and q.request == "cmd:git status"
+    m.remember(q, "s1")
+    assert m.allows(_cmd("git status"), "s1") and m.allows(_cmd("git status --short src"), "s1")
+    for other in ("git status; rm -f precious.txt; touch PWNED.txt", "git status && rm -rf ~", "git statusx",
+                  "git status > /etc/x", "git status `touch PWNED.txt`", "git push", "FOO=1 git status",
+                  "sudo git status", "git status\nrm -f x"):
+        assert not m.allows(_cmd(other), "s1"), other
+    # a remembered exact key never approves a different non-simple command either
+    m.remember(_cmd("cd src && ls"), "s1")
+    assert m.allows(_cmd("cd src && ls"), "s1")
+    assert not m.allows(_cmd("cd / && rm -rf ~"), "s1") and not m.allows(_cmd("cd .. && touch PWNED.txt"), "s1")
+
+
+def test_a_rule_is_never_what_a_request_asks_for():
+    m = ap.Memory("k", None)
+    m.remember("cmd-prefix:git", "s1")
+    assert not m.allows(ap.Question(title="x", scope="cmd-prefix:git"), "s1")
+    assert m.allows("cmd:git log", "s1")
+
+
+def test_memory_stored_by_an_older_version_allows_nothing():
+    legacy = {"session": "s1", "allow": ["shell:git", "shell:rm", "edit", "WebFetch", "fetch"]}
+    m = ap.Memory("k", legacy)
+    assert not m.scopes
+    for q in (_cmd("git status"), _cmd("rm -rf build"), ap.Question(title="edit", scope="edit:a.py"),
+              ap.Question(title="old", scope="shell:git"), ap.Question(title="old", scope="edit")):
+        assert not m.allows(q, "s1"), q.scope
+    # the same unknown scopes under this version's marker are dropped too
+    m = ap.Memory("k", {**legacy, "v": ap.MEMORY_VERSION})
+    assert not m.scopes and not m.allows(ap.Question(title="old", scope="shell:git"), "s1")
+    assert m.remember(ap.Question(title="old", scope="shell:git"), "s1") is None, "never kept"
+
+
+def test_several_files_are_covered_one_by_one():
+    m = ap.Memory("k", None)
+    m.remember(ap.Question(title="change files", scope=("edit:a.py", "delete:b.py")), "s1")
+    assert m.allows(ap.Question(title="x", scope="edit:a.py"), "s1")
+    assert not m.allows(ap.Question(title="x", scope="edit:b.py"), "s1"), "a delete does not cover an edit"
+    assert not m.allows(ap.Question(title="x", scope=("edit:a.py", "edit:c.py")), "s1")
+    assert not m.allows(ap.Question(title="x", scope=("edit:a.py", "")), "s1"), "a file with no key"
+    assert m.remember(ap.Question(title="x", scope=("edit:c.py", "")), "s1") is None
+
+
+def test_a_question_that_cannot_be_remembered_has_no_session_button_and_always_is_once():
+    from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest
+
+    q = ap.Question(title="edit /etc/passwd", scope="")
+    req = ap.interaction_request("Claude Code", q, None, None)
+    assert [a["id"] for a in req["actions"]] == ["allow", "deny"]
+    InteractionRequest.model_validate(req)
+    text = ap.question_text("Claude Code", q)
+    assert "cannot be allowed for the whole session" in text and "回复 允许 或 拒绝" in text
+    d = ap.parse_answer("always", q)
+    assert d.allow and not d.always
+    sub = type("Sub", (), {"action_id": "always", "values": {}})
+    assert ap.from_submission(sub, q).word == "allow"
+
+
+@pytest.mark.parametrize(("question", "label"), [
+    (_cmd("git status"), "Allow `git status` for this session"),
+    (_cmd("git status --short", rule="git status"), "Allow commands starting with `git status` for this session"),
+    (_cmd("git status; rm -f precious.txt"), "Allow this exact command for this session"),
+    (_cmd("bash -c 'ls'"), "Allow this exact command for this session"),
+    (_cmd("ls " + "x" * 200), "Allow this exact command for this session"),
+    (ap.Question(title="edit", scope="edit:src/app.py"), "Allow editing src/app.py for this session"),
+    (ap.Question(title="rm", scope="delete:src/old.py"), "Allow deleting src/old.py for this session"),
+    (ap.Question(title="mv", scope='move:["a.py", "b.py"]'), "Allow moving a.py to b.py for this session"),
+    (ap.Question(title="x", scope='tool:["WebFetch", {"url": "https://example.com"}]'),
+     "Allow this exact request for this session"),
+])
+def test_the_session_button_and_the_text_say_what_they_cover(question, label):
+    from langbot_plugin.api.entities.builtin.runner.interaction import InteractionRequest
+
+    req = ap.interaction_request("Claude Code", question, 2e9, None)
+    assert [(a["id"], a["label"]) for a in req["actions"]][1] == ("always", label)
+    assert len(label) <= 80
+    InteractionRequest.model_validate(req)
+    said = label.removeprefix("Allow ").removesuffix(" for this session")
+    text = ap.question_text("Claude Code", question)
+    assert f"always (allow {said[0].lower() + said[1:]} for this session)" in text or said.startswith("this exact")
+    assert "回复 允许、总是允许" in text
+
+
+async def test_a_legacy_memory_in_conversation_state_is_asked_again():
+    runner, host, cls = make(RM)
+    await drive(runner, host, host.make_context("clean", steering=True), ["always"])
+    sk = host.scope_key(Identity(), "conversation")
+    (key,) = [k for k in host.store.snapshot(sk) if k.endswith(ap.MEMORY_SUFFIX)]
+    session = host.store.get(sk, key)["session"]
+    host.store.set(sk, key, {"session": session, "allow": ["shell:rm"]})  # as the previous version kept it
+    cls.log.clear()
+    out = await drive(runner, host, host.make_context("clean again", steering=True), ["deny"])
+    assert [t for t in texts(out) if "wants to" in t], "asked again: the old scope approves nothing"
+    assert cls.log[0].word == "deny"
 
 
 # --- schema forms (ACP / MCP elicitation) ------------------------------------------------------------

@@ -67,11 +67,21 @@ def test_ask_uses_the_agents_asking_mode_and_maps_answers_to_its_options():
     assert policy.choose_answer(codex, True, True) == "approved"
     assert policy.choose_answer(codex, False, False) == "abort"
     assert policy.choose_answer(codex[:1] + codex[2:], True, True) == "approved"  # no allow_always: once
-    assert policy.scope("execute", "git push origin main") == "shell:git"
-    assert policy.scope("execute", "/usr/bin/rm -rf x") == "shell:rm"
-    assert policy.scope("edit", "a.py") == policy.scope("delete", "a.py") == "edit"
-    assert policy.scope("fetch", "https://x") == "fetch"
     ws = Path("/tmp/ws-x")
+    # (these once expected "shell:git", "shell:rm", "edit" for an edit and a delete alike, "fetch"
+    # for any fetch. Now: this command, this file and what is done to it, this call.)
+    assert policy.scope("execute", "git push origin main") == "cmd:git push origin main"
+    assert policy.scope("execute", ["/bin/bash", "-lc", "git status; rm x"]) == "cmd:git status; rm x"
+    assert policy.scope("execute", "bash -c 'rm -rf ~'") == "cmd:bash -c 'rm -rf ~'", "a wrapper the agent wrote stays"
+    assert policy.scope("execute", None) == "", "no command named: allowed once at most"
+    assert policy.scope("edit", None, ["/tmp/ws-x/a.py"], ws) == ("edit:a.py",)
+    assert policy.scope("delete", None, ["/tmp/ws-x/a.py"], ws) == ("delete:a.py",)
+    assert policy.scope("move", None, ["/tmp/ws-x/a.py", "/tmp/ws-x/b.py"], ws) == 'move:["a.py", "b.py"]'
+    assert policy.scope("edit", None, ["/tmp/ws-x/a.py", "/etc/passwd"], ws) == ""
+    assert policy.scope("edit", None, [], ws) == ""
+    fetch = policy.scope("fetch", None, [], ws, "Fetch https://x", {"url": "https://x", "call_id": "c1"})
+    assert fetch == policy.scope("fetch", None, [], ws, "Fetch https://x", {"url": "https://x", "call_id": "c2"})
+    assert fetch != policy.scope("fetch", None, [], ws, "Fetch http://127.0.0.1", {"url": "http://127.0.0.1"})
     assert not policy.ask_first("read", ["/tmp/ws-x/a.py"], ws)
     assert policy.ask_first("read", ["/etc/passwd"], ws)
     assert policy.ask_first("execute", [], ws) and policy.ask_first("edit", ["/tmp/ws-x/a"], ws)
@@ -117,7 +127,7 @@ async def test_allow_for_session_is_kept_by_the_runner_and_not_asked_again(srv, 
     cfg = ask_config(srv, ws)
     out1 = await drive(runner, host, host.make_context("make a file", steering=True, config=cfg), ["always"])
     assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1
-    # the next run: a new agent process asks again; the kit remembers "shell:touch" for this session
+    # the next run: a new agent process asks again; the kit remembers "touch made.txt" for this session
     out2 = await drive(runner, host, host.make_context("once more", steering=True, config=cfg), ["deny"])
     assert rtype(terminal(out2)) == "run.completed"
     assert not questions(out2), "the same kind of request is not asked again"
@@ -153,6 +163,55 @@ async def test_someone_else_cannot_answer_and_the_question_stays_open(srv, host,
     assert any("Only" in m for m in messages(out))
 
 
+# --- "allow for this session" covers exactly what was approved (issue 29) ---------------------------
+
+
+async def _always_then(srv, host, ws, first, second, answer):
+    """Run 1: the agent runs ``first``, the chat answers "always"; run 2: it runs ``second`` and the
+    chat (if asked) answers ``answer``. The second run's results."""
+    runner = make_runner("acp-agent-runner", host)
+    cfg = ask_config(srv, ws)
+    srv.tool_command = first
+    out1 = await drive(runner, host, host.make_context("first", steering=True, config=cfg), ["always"])
+    assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1
+    srv.tool_command = second
+    out2 = await drive(runner, host, host.make_context("second", steering=True, config=cfg), [answer])
+    assert rtype(terminal(out2)) == "run.completed"
+    return out2
+
+
+async def test_always_on_git_status_does_not_allow_a_command_chained_to_it(srv, host, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "precious.txt").write_text("keep me")
+    out = await _always_then(srv, host, ws, "git status", "git status; rm -f precious.txt; touch PWNED.txt", "deny")
+    (q,) = questions(out)
+    assert "git status; rm -f precious.txt; touch PWNED.txt" in q, "asked again, naming the whole command"
+    assert "always (allow this exact command for this session)" in q
+    assert (ws / "precious.txt").read_text() == "keep me" and not (ws / "PWNED.txt").exists()
+    assert [e["option"] for e in srv.events("permission")] == ["approved", "abort"]
+    assert not await _no_children()
+
+
+async def test_always_on_cd_and_ls_does_not_allow_another_cd_chain(srv, host, tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    out = await _always_then(srv, host, ws, "cd src && ls", "cd .. && touch PWNED.txt", "deny")
+    (q,) = questions(out)
+    assert "cd .. && touch PWNED.txt" in q
+    assert not (tmp_path / "PWNED.txt").exists()
+    assert [e["option"] for e in srv.events("permission")] == ["approved", "abort"]
+
+
+async def test_the_same_exact_command_is_not_asked_again(srv, host, tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    out = await _always_then(srv, host, ws, "touch made.txt", "touch  made.txt", "deny")
+    assert not questions(out), "the same command (other spacing) is covered"
+    assert (ws / "made.txt").exists()
+    assert [e["option"] for e in srv.events("permission")] == ["approved", "approved"]
+
+
 # --- buttons: the answer comes as a new run ---------------------------------------------------------
 
 
@@ -165,6 +224,7 @@ async def test_button_answer_through_a_new_run_finishes_the_turn_and_stops_the_a
     assert rtype(terminal(out1)) == "run.completed"
     (req,) = host.interactions
     assert "touch made.txt" in req["description"] and [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
+    assert req["actions"][1]["label"] == "Allow `touch made.txt` for this session"
     pid = int(srv.model_requests()[0].headers["x-fake-agent-pid"])
     assert alive(pid), "the agent waits, parked, for the click"
     assert not (ws / "made.txt").exists()
@@ -213,7 +273,7 @@ def _options():
             O(option_id="reject", name="Reject", kind="reject_once")]
 
 
-async def test_edit_asks_with_the_path_and_scope_edit_and_reads_in_the_workspace_do_not(tmp_path):
+async def test_edit_asks_with_the_path_and_its_file_scope_and_reads_in_the_workspace_do_not(tmp_path):
     from acp import update_tool_call
     from acp.schema import ToolCallLocation
 
@@ -226,7 +286,8 @@ async def test_edit_asks_with_the_path_and_scope_edit_and_reads_in_the_workspace
                                                   locations=[ToolCallLocation(path=target)]), _options())
     assert resp.outcome.option_id == "allow"
     (q,) = asked
-    assert q.title == f"edit {target}" and q.scope == "edit"
+    assert q.title == f"edit {target}" and q.scope == ("edit:src/x.py",)  # once: "edit", every edit anywhere
+    assert q.session_label == "Allow editing src/x.py for this session"
     read = update_tool_call("t2", title="Read x.py", kind="read", locations=[ToolCallLocation(path=target)])
     assert (await a.on_permission(read, _options())).outcome.option_id == "allow"
     outside = update_tool_call("t3", title="Read passwd", kind="read", locations=[ToolCallLocation(path="/etc/passwd")])

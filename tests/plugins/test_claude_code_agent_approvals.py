@@ -22,7 +22,7 @@ from tests.plugins.test_claude_code_agent import no_children
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "claude-code-agent"))
 from claude_code_agent import const  # noqa: E402
-from claude_code_agent.adapter import ClaudeCodeAdapter, permission_question, session_rules  # noqa: E402
+from claude_code_agent.adapter import ClaudeCodeAdapter, permission_question, prefix_rule  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
 
@@ -103,26 +103,42 @@ def test_ask_runs_claude_in_default_mode_with_the_stdio_prompt_tool(api, host, t
     assert "--permission-prompt-tool" not in asyncio.run(a.argv())
 
 
-def test_questions_name_the_command_the_file_or_the_tool():
+def test_questions_name_the_command_the_file_or_the_tool(tmp_path):
+    # (these once expected the scopes "shell:git", "shell:rm", "edit" and "WebFetch": a first word,
+    # every edit anywhere, every fetch. Now: this command, this file, this call.)
     q = permission_question("Bash", {"command": "git push origin main", "description": "Push"}, Path("/w"))
-    assert (q.title, q.detail, q.scope) == ("run a command: git push origin main", "Push", "shell:git")
-    assert permission_question("Bash", {"command": "FOO=1 /usr/bin/rm -rf x"}, None).scope == "shell:rm"
-    q = permission_question("Write", {"file_path": "/w/a.py", "content": "x"}, None)
-    assert (q.title, q.scope) == ("edit /w/a.py", "edit")
+    assert (q.title, q.detail, q.scope) == ("run a command: git push origin main", "Push", "cmd:git push origin main")
+    q = permission_question("Bash", {"command": "FOO=1 /usr/bin/rm -rf x"}, None)
+    assert q.scope == "cmd:FOO=1 /usr/bin/rm -rf x" and q.session_label == "Allow this exact command for this session"
+    q = permission_question("Write", {"file_path": str(tmp_path / "src" / "a.py"), "content": "x"}, tmp_path)
+    assert (q.title, q.scope) == (f"edit {tmp_path / 'src' / 'a.py'}", "edit:src/a.py")
+    assert q.session_label == "Allow editing src/a.py for this session"
+    q = permission_question("Edit", {"file_path": "/etc/hosts"}, tmp_path)
+    assert q.scope == "" and q.session_label is None, "outside the workspace: allowed once at most"
+    assert permission_question("Write", {"file_path": "../x.py"}, tmp_path).scope == ""
     assert permission_question("NotebookEdit", {"notebook_path": "/w/n.ipynb"}, None).title == "edit /w/n.ipynb"
     q = permission_question("WebFetch", {"url": "https://example.com", "prompt": "summarise"}, None)
-    assert q.title.startswith("use WebFetch: ") and "https://example.com" in q.title and q.scope == "WebFetch"
+    assert q.title.startswith("use WebFetch: ") and "https://example.com" in q.title
+    assert q.scope.startswith("tool:") and q.session_label == "Allow this exact request for this session"
 
 
-def test_claudes_own_allow_always_is_kept_to_its_rules_for_this_session():
-    # claude 2.1.197's suggestions for `touch made.txt` (seen on the real CLI)
+def test_claudes_own_prefix_rule_is_offered_for_a_simple_command_only():
+    # claude 2.1.197's suggestions for `touch made.txt` (seen on the real CLI): an exact rule
     real = [{"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "touch made.txt"}],
              "behavior": "allow", "destination": "localSettings"},
             {"type": "addDirectories", "directories": ["/w"], "destination": "session"},
             {"type": "setMode", "mode": "acceptEdits", "destination": "session"}]
-    assert session_rules(real) == [{"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "touch made.txt"}],
-                                    "behavior": "allow", "destination": "session"}]
-    assert session_rules(None) == session_rules([]) == session_rules([{"type": "setMode"}]) == []
+    assert prefix_rule(real, "touch made.txt") == ""
+    rule = [{"type": "addRules", "rules": [{"toolName": "Bash", "ruleContent": "git status:*"}]}]
+    assert prefix_rule(rule, "git status --short") == "cmd-prefix:git status"
+    assert prefix_rule(rule, "git status; rm -f precious.txt") == ""
+    assert prefix_rule(rule, "git push") == ""
+    assert prefix_rule(None, "ls") == prefix_rule([{"type": "setMode"}], "ls") == ""
+    q = permission_question("Bash", {"command": "git status --short"}, None, rule)
+    assert (q.scope, q.request) == ("cmd-prefix:git status", "cmd:git status --short")
+    assert q.session_label == "Allow commands starting with `git status` for this session"
+    q = permission_question("Bash", {"command": "git status && rm -rf ~"}, None, rule)
+    assert q.scope == q.request == "cmd:git status && rm -rf ~"
 
 
 # --- typed answers inside the run -------------------------------------------------------------------
@@ -161,7 +177,7 @@ async def test_deny_with_a_reason_reaches_claude(api, host, tmp_path, answers_fi
     assert tool_done(out)[0]["error"]
 
 
-async def test_allow_for_session_uses_claudes_own_rule_and_is_not_asked_again(api, host, tmp_path, answers_file):
+async def test_allow_for_session_is_kept_by_the_kit_and_not_asked_again(api, host, tmp_path, answers_file):
     api.tool_command = "touch made.txt"
     ws = tmp_path / "ws"
     runner = make_runner(PLUGIN, host)
@@ -169,11 +185,12 @@ async def test_allow_for_session_uses_claudes_own_rule_and_is_not_asked_again(ap
     ctx = host.make_context("make a file", steering=True, config=cfg)
     out1 = await drive(runner, host, ctx, ["always"])
     assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1
+    assert "always (allow commands starting with `touch` for this session)" in questions(out1)[0]
     (a,) = answers(answers_file)
     assert a["response"]["behavior"] == "allow"
-    # claude's own "don't ask again": its addRules only, and for this session (not localSettings)
-    assert a["response"]["updatedPermissions"] == [{"type": "addRules", "rules": [
-        {"toolName": "Bash", "ruleContent": "touch:*"}], "behavior": "allow", "destination": "session"}]
+    # (this once expected claude's own rule back in updatedPermissions: claude would then have
+    # allowed `touch x; rm -rf ~` by itself. The kit keeps "for this session" and answers claude.)
+    assert "updatedPermissions" not in a["response"]
     assert not (ws / ".claude").exists()
     # the next run: a new claude process (its session rule is gone) asks again; the kit remembers
     (ws / "made.txt").unlink()
@@ -223,6 +240,56 @@ async def test_other_modes_do_not_ask(api, host, tmp_path, answers_file):
     assert (ws / "made.txt").exists()
 
 
+# --- "allow for this session" covers exactly what was approved (issue 29) ---------------------------
+
+
+async def _always_then(api, host, ws, first, second, answer):
+    """Run 1: claude runs ``first``, the chat answers "always"; run 2: claude runs ``second`` and
+    the chat (if asked) answers ``answer``. The second run's results."""
+    runner = make_runner(PLUGIN, host)
+    cfg = ask_config(api, ws)
+    api.tool_command = first
+    out1 = await drive(runner, host, host.make_context("first", steering=True, config=cfg), ["always"])
+    assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1
+    api.tool_command = second
+    out2 = await drive(runner, host, host.make_context("second", steering=True, config=cfg), [answer])
+    assert rtype(terminal(out2)) == "run.completed"
+    return out2
+
+
+async def test_always_on_git_status_does_not_allow_a_command_chained_to_it(api, host, tmp_path, answers_file):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "precious.txt").write_text("keep me")
+    out = await _always_then(api, host, ws, "git status", "git status; rm -f precious.txt; touch PWNED.txt", "deny")
+    (q,) = questions(out)
+    assert "git status; rm -f precious.txt; touch PWNED.txt" in q, "asked again, naming the whole command"
+    assert "always (allow this exact command for this session)" in q
+    assert (ws / "precious.txt").read_text() == "keep me" and not (ws / "PWNED.txt").exists()
+    assert [x["response"]["behavior"] for x in answers(answers_file)] == ["allow", "deny"]
+    assert "updatedPermissions" not in answers(answers_file)[0]["response"]
+    assert not await no_children()
+
+
+async def test_always_on_cd_and_ls_does_not_allow_another_cd_chain(api, host, tmp_path, answers_file):
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    out = await _always_then(api, host, ws, "cd src && ls", "cd .. && touch PWNED.txt", "deny")
+    (q,) = questions(out)
+    assert "cd .. && touch PWNED.txt" in q
+    assert not (tmp_path / "PWNED.txt").exists() and not (ws / "PWNED.txt").exists()
+    assert [x["response"]["behavior"] for x in answers(answers_file)] == ["allow", "deny"]
+
+
+async def test_claudes_prefix_rule_still_covers_a_simple_command(api, host, tmp_path, answers_file):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    out = await _always_then(api, host, ws, "touch made.txt", "touch other.txt", "deny")
+    assert not questions(out), "claude's rule Bash(touch:*) was what 'always' allowed"
+    assert (ws / "other.txt").exists()
+    assert [x["response"]["behavior"] for x in answers(answers_file)] == ["allow", "allow"]
+
+
 # --- buttons: the answer comes as a new run ---------------------------------------------------------
 
 
@@ -236,6 +303,7 @@ async def test_button_answer_through_a_new_run_finishes_the_turn_and_stops_claud
     assert rtype(terminal(out1)) == "run.completed"
     (req,) = host.interactions
     assert "touch made.txt" in req["description"] and [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
+    assert req["actions"][1]["label"] == "Allow commands starting with `touch` for this session"
     pid = int(api.model_requests()[0].headers["x-fake-agent-pid"])
     assert alive(pid), "claude waits, parked, for the click"
     assert not (ws / "made.txt").exists()

@@ -18,7 +18,7 @@ from tests.helpers import run_answering as drive
 from tests.plugins.test_codex_agent import env  # noqa: F401 - a fixture (host and runner: tests/plugins/conftest.py)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "codex-agent"))
-from codex_agent.policy import Permissions, question_parts  # noqa: E402
+from codex_agent.policy import Permissions, question  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
 
@@ -57,15 +57,37 @@ def test_ask_presets_workspace_write_and_untrusted(tmp_path):
     assert p.decision("applyPatchApproval", False) == {"decision": "denied"}
 
 
-def test_questions_name_the_command_or_the_files():
-    t = question_parts("item/commandExecution/requestApproval",
-                       {"command": "/bin/bash -lc 'git push origin main'", "cwd": "/w/x"})
-    assert t == ("run a command: git push origin main", "in /w/x", "shell:git")
-    t = question_parts("execCommandApproval", {"command": ["/usr/bin/rm", "-rf", "x"], "cwd": "/w"})
-    assert t == ("run a command: /usr/bin/rm -rf x", "in /w", "shell:rm")
-    t = question_parts("item/fileChange/requestApproval", {"itemId": "i"}, ["/w/a.py", "/w/b.py"])
-    assert t[0] == "change files: /w/a.py, /w/b.py" and t[2] == "edit"
-    assert question_parts("applyPatchApproval", {"fileChanges": {"/w/c.txt": {}}})[0] == "change files: /w/c.txt"
+def test_questions_name_the_command_or_the_files(tmp_path):
+    # (these once expected the scopes "shell:git", "shell:rm" and "edit": a first word and every
+    # edit anywhere. Now: this command, these files.)
+    q = question("item/commandExecution/requestApproval",
+                 {"command": "/bin/bash -lc 'git push origin main'", "cwd": "/w/x"}, None, tmp_path)
+    assert (q.title, q.detail, q.scope) == ("run a command: git push origin main", "in /w/x", "cmd:git push origin main")
+    q = question("execCommandApproval", {"command": ["/usr/bin/rm", "-rf", "x"], "cwd": "/w"}, None, tmp_path)
+    assert (q.title, q.detail, q.scope) == ("run a command: /usr/bin/rm -rf x", "in /w", "cmd:/usr/bin/rm -rf x")
+    # the wrapper is taken off once; what is inside is judged as it is
+    q = question("item/commandExecution/requestApproval",
+                 {"command": "/bin/bash -lc 'git status; rm -f x'", "proposedExecpolicyAmendment": ["git", "status"]},
+                 None, tmp_path)
+    assert q.scope == q.request == "cmd:git status; rm -f x"
+    assert q.session_label == "Allow this exact command for this session"
+    q = question("item/commandExecution/requestApproval",
+                 {"command": "/bin/bash -lc 'git status --short'", "proposedExecpolicyAmendment": ["git", "status"]},
+                 None, tmp_path)
+    assert (q.scope, q.request) == ("cmd-prefix:git status", "cmd:git status --short")
+    changes = [{"path": str(tmp_path / "a.py"), "kind": {"type": "update", "move_path": None}},
+               {"path": str(tmp_path / "old.py"), "kind": {"type": "delete"}},
+               {"path": str(tmp_path / "c.py"), "kind": {"type": "update", "move_path": str(tmp_path / "d.py")}}]
+    q = question("item/fileChange/requestApproval", {"itemId": "i"}, changes, tmp_path)
+    assert q.title == f"change files: {tmp_path / 'a.py'}, {tmp_path / 'old.py'}, {tmp_path / 'c.py'}"
+    assert q.scope == ("edit:a.py", "delete:old.py", 'move:["c.py", "d.py"]')
+    q = question("item/fileChange/requestApproval", {"itemId": "i"}, [*changes, {"path": "/etc/hosts"}], tmp_path)
+    assert q.scope == () and q.session_label is None, "a file outside the workspace: allowed once at most"
+    q = question("item/fileChange/requestApproval", {"itemId": "i", "grantRoot": str(tmp_path)}, changes, tmp_path)
+    assert q.session_label is None, "a whole directory is more than these files"
+    q = question("applyPatchApproval", {"fileChanges": {str(tmp_path / "c.txt"): {"delete": {"content": ""}}}},
+                 None, tmp_path)
+    assert q.title == f"change files: {tmp_path / 'c.txt'}" and q.scope == ("delete:c.txt",)
 
 
 # --- typed answers inside the run -------------------------------------------------------------------
@@ -98,18 +120,20 @@ async def test_deny_declines_and_the_turn_goes_on(env, host):  # noqa: F811
     assert DONE in "".join(messages(out))
 
 
-async def test_allow_for_session_answers_accept_for_session_and_is_not_asked_again(env, host):  # noqa: F811
+async def test_allow_for_session_is_kept_by_the_kit_and_not_asked_again(env, host):  # noqa: F811
     runner = make_runner(PLUGIN, host)
     cfg = ask_config(env)
     out1 = await drive(runner, host, host.make_context("make a file", steering=True, config=cfg), ["always"])
     assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1
-    assert env.events("approval")[0]["answer"] == {"decision": "acceptForSession"}
+    # (this once expected acceptForSession: Codex's own session approval would answer later
+    # requests without the chat. The kit keeps "for this session" and answers Codex.)
+    assert env.events("approval")[0]["answer"] == {"decision": "accept"}
     for w in made(env):
         (w / "created-by-tool.txt").unlink()
     out2 = await drive(runner, host, host.make_context("once more", steering=True, config=cfg), ["deny"])
     assert rtype(terminal(out2)) == "run.completed"
     assert not questions(out2), "the same kind of request is not asked again"
-    assert [e["answer"]["decision"] for e in env.events("approval")] == ["acceptForSession", "acceptForSession"]
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept", "accept"]
     assert made(env)
 
 
@@ -145,6 +169,54 @@ async def test_other_modes_do_not_ask(env, host):  # noqa: F811
     assert start["approvalPolicy"] == "never"
 
 
+# --- "allow for this session" covers exactly what was approved (issue 29) ---------------------------
+
+
+async def _always_then(env, host, ws, first, second, answer):  # noqa: F811
+    """Run 1: Codex runs ``first``, the chat answers "always"; run 2: Codex runs ``second`` and the
+    chat (if asked) answers ``answer``. The second run's results."""
+    runner = make_runner(PLUGIN, host)
+    cfg = {**env.config(None, **{"permission-mode": "ask"}), "workspace": str(ws)}
+    env.api.tool_command = first
+    out1 = await drive(runner, host, host.make_context("first", steering=True, config=cfg), ["always"])
+    assert rtype(terminal(out1)) == "run.completed" and len(questions(out1)) == 1, out1[-1].data
+    env.api.tool_command = second
+    out2 = await drive(runner, host, host.make_context("second", steering=True, config=cfg), [answer])
+    assert rtype(terminal(out2)) == "run.completed"
+    return out2
+
+
+async def test_always_on_git_status_does_not_allow_a_command_chained_to_it(env, host, tmp_path):  # noqa: F811
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "precious.txt").write_text("keep me")
+    out = await _always_then(env, host, ws, "git status", "git status; rm -f precious.txt; touch PWNED.txt", "deny")
+    (q,) = questions(out)
+    assert "git status; rm -f precious.txt; touch PWNED.txt" in q, "asked again, naming the whole command"
+    assert "always (allow this exact command for this session)" in q
+    assert (ws / "precious.txt").read_text() == "keep me" and not (ws / "PWNED.txt").exists()
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept", "decline"]
+
+
+async def test_always_on_cd_and_ls_does_not_allow_another_cd_chain(env, host, tmp_path):  # noqa: F811
+    ws = tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    out = await _always_then(env, host, ws, "cd src && ls", "cd .. && touch PWNED.txt", "deny")
+    (q,) = questions(out)
+    assert "cd .. && touch PWNED.txt" in q
+    assert not (tmp_path / "PWNED.txt").exists()
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept", "decline"]
+
+
+async def test_codexs_proposed_prefix_still_covers_a_simple_command(env, host, tmp_path):  # noqa: F811
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    out = await _always_then(env, host, ws, "touch made.txt", "touch made.txt --no-create", "deny")
+    assert not questions(out), "Codex proposed the rule `touch made.txt`, which 'always' allowed"
+    assert (ws / "made.txt").exists(), "the commands run in this workspace"
+    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept", "accept"]
+
+
 # --- buttons: the answer comes as a new run ---------------------------------------------------------
 
 
@@ -156,6 +228,7 @@ async def test_button_answer_through_a_new_run_finishes_the_turn_and_stops_codex
     (req,) = host.interactions
     assert "touch created-by-tool.txt" in req["description"]
     assert [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
+    assert req["actions"][1]["label"] == "Allow commands starting with `touch created-by-tool.txt` for this session"
     (started,) = env.events("start")
     pid = started["pid"]
     assert alive(pid), "codex waits, parked, for the click"
