@@ -17,6 +17,7 @@ CODES: dict[str, bool] = {
     "input.invalid": False,
     "input.too_large": False,
     "input.unreadable": False,
+    "input.refused": False,  # a link to a private or local address (runner_kit.netguard)
     "upstream.auth": False,
     "upstream.forbidden": False,
     "upstream.quota": False,

@@ -3,6 +3,10 @@
 Local files are never read on a chat user's say-so: a ``file://`` URL is refused, and an
 attachment ``path`` is read only when its real path lies inside a directory the host admin listed
 in ``RUNNER_KIT_FILE_DIRS`` (none by default; LangBot 4.11.2 pipelines never send paths).
+An http(s) link stays a link (``InputFile.url``): it came with the message, so a plugin that needs
+the bytes fetches it with :func:`download`, which reaches public addresses only unless an
+administrator allows more (:mod:`runner_kit.netguard`, ``RUNNER_KIT_FETCH_ALLOW``); the host's own
+files arrive as bytes and are never fetched.
 An attachment that cannot be used is skipped, logged and named in ``UserInput.skipped``; a file
 that is too large or not valid base64 fails the run, because the user sent something real.
 """
@@ -24,6 +28,7 @@ from typing import Any, TypeVar
 
 from .errors import RunnerError
 from .logs import get_logger
+from .netguard import fetch
 from .wire import first_error
 
 DEFAULT_MAX_BYTES = 20 * 1024 * 1024
@@ -49,7 +54,8 @@ _warned_dirs: set[str] = set()
 
 @dataclass(slots=True)
 class InputFile:
-    """One image or file the user sent: bytes in hand, or a URL for the upstream to fetch."""
+    """One image or file the user sent: bytes in hand, or a link that came with the message (for
+    the upstream to fetch, or for :func:`download`; never fetched any other way)."""
 
     name: str
     kind: str  # image | file | voice
@@ -78,9 +84,10 @@ class UserInput:
 
 
 T = TypeVar("T")
+S = TypeVar("S")
 
 
-async def upload_all(files: Sequence[InputFile], upload: Callable[[InputFile], Coroutine[Any, Any, T]]) -> list[T]:
+async def upload_all(files: Sequence[S], upload: Callable[[S], Coroutine[Any, Any, T]]) -> list[T]:
     """``upload`` every file concurrently, results in the files' order; the first failure cancels
     the other uploads and is raised as itself (not as an exception group)."""
     if not files:
@@ -91,6 +98,17 @@ async def upload_all(files: Sequence[InputFile], upload: Callable[[InputFile], C
     except BaseExceptionGroup as group:
         raise first_error(group) from None
     return [t.result() for t in tasks]
+
+
+async def download(f: InputFile, *, max_bytes: int, budget: float) -> bytes:
+    """``f``'s bytes: its data, or its link fetched under :mod:`runner_kit.netguard`'s rules
+    (public addresses only, redirects checked, at most ``max_bytes``, within ``budget`` seconds).
+
+    A refused link is :class:`RunnerError` ``input.refused``; nothing is fetched from it.
+    """
+    if f.data is not None or f.url is None:
+        return f.data or b""
+    return (await fetch(f.url, label=_q(f.name), max_bytes=max_bytes, budget=budget)).data
 
 
 def upload_failed(name: str, err: RunnerError) -> RunnerError:

@@ -21,20 +21,15 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpx
-
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import (
     base_url,
     finish_body,
     open_stream,
-    read_bounded,
     read_json,
-    timeout_for,
-    transport_error,
 )
-from runner_kit.inputs import InputFile, upload_all, upload_failed
+from runner_kit.inputs import InputFile, download, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
@@ -68,27 +63,16 @@ class TboxAdapter(Adapter):
     # --- request building ----------------------------------------------------------------------
 
     async def _file_bytes(self, f: InputFile) -> bytes:
+        """Tbox only takes uploaded files: a file that came as a link is downloaded first, through
+        the kit's guarded fetch (public addresses only, unless RUNNER_KIT_FETCH_ALLOW allows more)."""
         if f.data is not None or f.url is None:
             return f.data or b""
-        # Tbox only takes uploaded files: a file the host passed as a URL is fetched first
         mb = self.env.config.get("max-file-size-mb")
         limit = int(float(mb) * 1024 * 1024) if isinstance(mb, (int, float)) and mb > 0 else MAX_DOWNLOAD
-        try:
-            async with self.env.client.stream("GET", f.url, follow_redirects=True,
-                                              timeout=timeout_for(self.env.budget())) as resp:
-                if resp.status_code >= 400:
-                    raise RunnerError("input.unreadable", f"could not download '{f.name}' (HTTP {resp.status_code})")
-                data = await read_bounded(resp, limit + 1, self.platform, strict=True)
-        except httpx.HTTPError as exc:
-            raise RunnerError("input.unreadable", f"could not download '{f.name}': {transport_error(exc).message}") \
-                from None
-        if len(data) > limit:
-            raise RunnerError("input.too_large", f"'{f.name}' is larger than {limit // (1024 * 1024)} MiB")
-        return data
+        return await download(f, max_bytes=limit, budget=self.env.budget())
 
-    async def _upload(self, f: InputFile) -> dict[str, str]:
+    async def _upload(self, f: InputFile, data: bytes) -> dict[str, str]:
         name = f.name.replace("/", "_").replace("\\", "_") or "file"
-        data = await self._file_bytes(f)
 
         def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
             return upload_failed(name, parse_http_error(status, raw, ctype))
@@ -128,7 +112,10 @@ class TboxAdapter(Adapter):
     async def _request(self) -> tuple[str, dict[str, Any]]:
         cfg, inp = self.env.config, self.env.input
         text = inp.text.strip()
-        files = await upload_all(inp.files, self._upload)
+        # every link is downloaded before anything is uploaded: a refused or broken link leaves
+        # nothing behind on Tbox
+        data = await upload_all(inp.files, self._file_bytes)
+        files = await upload_all(list(zip(inp.files, data, strict=True)), lambda fd: self._upload(*fd))
         body: dict[str, Any] = {"appId": self.app_id, "userId": self.env.user, "stream": True}
         if self.completion:
             body["inputs"] = self._inputs(text)

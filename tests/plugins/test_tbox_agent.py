@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from runner_kit.netguard import FETCH_ALLOW_ENV
 from runners_cli.host import Identity
 from runners_cli.plugins import find, load_runner_class
 from tests.fakes.tbox import FakeTbox
@@ -254,7 +255,13 @@ async def test_files_are_uploaded_concurrently_with_their_real_type(srv, host, r
     assert srv.peak_active_requests >= 2, "uploads ran side by side"
 
 
-async def test_an_image_url_is_fetched_and_uploaded(srv, host, runner):
+@pytest.fixture
+def allow_loopback(monkeypatch):
+    """The administrator allows links to this machine (the picture server below is on 127.0.0.1)."""
+    monkeypatch.setenv(FETCH_ALLOW_ENV, "127.0.0.1")
+
+
+async def test_an_image_url_is_fetched_and_uploaded(srv, host, runner, allow_loopback):
     from tests.fakes.replay import ReplayServer, Reply
 
     with ReplayServer({"GET /pic.png": Reply(base64.b64decode(PNG), content_type="image/png")}) as pics:
