@@ -26,7 +26,7 @@ import base64
 import contextlib
 import os
 import shlex
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Mapping
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,6 +52,7 @@ from pydantic import ValidationError
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
+from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.inputs import InputFile, UserInput
 from runner_kit.logs import get_logger
@@ -167,12 +168,53 @@ class ACPClient:
         log.debug("ACP agent sent extension notification %s", method)
 
 
+# --- set up by its owner? ------------------------------------------------------------------------
+# LangBot 4.11.2 binds a new pipeline to the first runner it lists and stores that runner's YAML
+# defaults as its config; up to 0.3.0 `provider` defaulted to `codex`, so an untouched pipeline
+# started codex-acp (workspace-write) for anyone who wrote to the bot. Now no agent is preselected
+# and a binding starts an agent only when its owner chose one and, for an agent that signs in to a
+# model API with a key, gave it a way to sign in.
+AGENT = "the ACP coding agent"  # how the chat names this runner when it is not set up
+FORMER_DEFAULTS = {"provider": "codex"}  # what 0.3.0 and earlier stored for an untouched binding
+# the presets that sign in to a model API with a key: the agent runs with a private HOME (and
+# CODEX_HOME), so no login of the host's user reaches it
+KEYED = {"codex": "codex-acp", "claude-code": "claude-code-acp", "gemini": "Gemini CLI", "qwen-code": "Qwen Code"}
+# any of these set means the owner gave the agent a key, its environment or a program of their own
+SIGN_IN_KEYS = ("api-key", "env", "command", "executable", "auth-method")
+
+
+def check_setup(raw: Any, schema: ConfigSchema) -> None:
+    """Raise ``config.missing`` before anything is written or started when the binding's owner has
+    not set it up: no agent chosen (``provider`` empty), or a keyed preset with nothing to sign in
+    with — in a config LangBot stored untouched that is the "not set up yet" line."""
+    raw = raw if isinstance(raw, Mapping) else {}
+    provider = str(raw.get("provider") or "").strip()
+    if not provider:
+        raise not_set_up(AGENT)
+    if provider not in KEYED:
+        return  # opencode takes its settings from `env` or its own files; custom needs `command`
+    cfg = schema.load(raw, required=False)
+    if any(str(cfg.get(key) or "").strip() for key in SIGN_IN_KEYS):
+        return
+    if schema.untouched(raw, former=FORMER_DEFAULTS):
+        raise not_set_up(AGENT)
+    raise RunnerError(
+        "config.missing",
+        f"{KEYED[provider]} has nothing to sign in to its model API with: set `api-key` (or the agent's key in "
+        "`env`); it runs with a private HOME, so a login of the host's user does not reach it",
+    )
+
+
 class ACPAdapter(Adapter):
     """One live ACP agent session for the run; each turn is one ``session/prompt``."""
 
     platform = const.PLATFORM
     session_key = const.SESSION_KEY
     multi_turn = True
+
+    @classmethod
+    def check_setup(cls, raw: Any, schema: ConfigSchema) -> None:
+        check_setup(raw, schema)
 
     def __init__(self, env: Any):
         super().__init__(env)
