@@ -16,12 +16,13 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
+from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
 from runner_kit.inputs import InputFile, UserInput
@@ -60,12 +61,27 @@ _ATTACHMENTS = ".langbot-attachments"
 _RESERVED_ENV = frozenset({"PATH", "HOME", "CODEX_HOME", "SHELL", "USER", MCP_TOKEN_ENV})
 
 
+def check_setup(raw: Any, schema: ConfigSchema) -> None:
+    """Set up by its owner = ``api-key`` is set (codex always talks to the configured model API
+    with it; it runs with a private CODEX_HOME, so there is no other login). A config LangBot
+    stored untouched (a new pipeline bound to this runner with its YAML defaults, ``api-key``
+    absent) gets the "not set up yet" line before anything is written or started; any other config
+    without the key fails as the schema says (``config key 'api-key' is required``)."""
+    raw = raw if isinstance(raw, Mapping) else {}
+    if not str(raw.get("api-key") or "").strip() and schema.untouched(raw):
+        raise not_set_up(const.PLATFORM)
+
+
 class CodexAdapter(Adapter):
     """Maps LangBot turns onto one live ``codex app-server`` thread."""
 
     platform = const.PLATFORM
     session_key = const.SESSION_KEY
     multi_turn = True
+
+    @classmethod
+    def check_setup(cls, raw: Any, schema: ConfigSchema) -> None:
+        check_setup(raw, schema)
 
     def __init__(self, env: RunEnv):
         super().__init__(env)
