@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import httpx
 import pytest
@@ -17,7 +18,11 @@ from tests.contract import cases as _cases  # noqa: F401 - loads the case module
 from tests.contract.case_claude_code_agent import KEY, ClaudeModelAPI, config
 from tests.helpers import make_runner, rtype, terminal
 from tests.helpers import run_answering as drive
+from tests.kit.test_agent_mcp import NO_CONVERSATION, make_env, weather_host
 from tests.plugins.test_claude_code_agent import no_children
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "claude-code-agent"))
+from claude_code_agent.adapter import ClaudeCodeAdapter  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("no_parked")  # tests/conftest.py: nothing left parked
 
@@ -86,3 +91,22 @@ async def test_a_langbot_tool_call_after_a_button_approval_goes_out_under_the_ne
         with pytest.raises(httpx.ConnectError):
             await client.post(printed["url"], json={})
     assert not await no_children()
+
+
+async def test_a_restarted_claude_gets_a_new_bridge_and_the_old_one_closes(tmp_path):
+    """claude started again in the same session (it crashed, or refused a resume): one bridge per
+    process, so the stopped process's port and token do not outlive it."""
+    adapter = ClaudeCodeAdapter(make_env(weather_host(), identity=NO_CONVERSATION, resources=WEATHER))
+    first = await adapter._langbot_mcp()
+    second = await adapter._langbot_mcp()
+    assert first is not None and second is not None
+    old, new = (c["mcpServers"]["langbot"] for c in (first, second))
+    assert old["url"] != new["url"] and old["headers"] != new["headers"]
+    async with httpx.AsyncClient(timeout=2) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.post(old["url"], json={})
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        assert (await client.post(new["url"], json=ping, headers=new["headers"])).status_code == 200
+        await adapter.close()
+        with pytest.raises(httpx.ConnectError):
+            await client.post(new["url"], json={})
