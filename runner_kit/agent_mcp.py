@@ -80,7 +80,8 @@ class LangBotMCP:
     url: str
     """The streamable-HTTP MCP endpoint: ``http://127.0.0.1:<port>/mcp/http``."""
     tool_names: tuple[str, ...]
-    """The MCP tools the bridge lists for this run (``langbot_call_tool``, ...)."""
+    """The MCP tools the bridge listed for the run that started it (``langbot_call_tool``, ...); a
+    later run that takes the agent over may grant other ones, and ``tools/list`` says which."""
     token: str = field(repr=False)
     """The bearer token (already in ``env.redact``); hand it to an agent only through a header,
     an environment variable or a private file, never on a command line."""
