@@ -409,14 +409,20 @@ class AgentProcess:
 
     @property
     def returncode(self) -> int | None:
-        return self._proc.returncode
+        """The agent's exit code; negative: killed by that signal (bwrap reports an agent killed by
+        a signal as 128 + the signal, as a shell does)."""
+        rc = self._proc.returncode
+        if rc is not None and self.confined and 128 < rc < 128 + 65:
+            return -(rc - 128)
+        return rc
 
     async def wait(self, timeout: float | None = None) -> int | None:
         """Wait for the process to exit; its return code, or None on timeout."""
         try:
-            return await asyncio.wait_for(self._proc.wait(), timeout)
+            await asyncio.wait_for(self._proc.wait(), timeout)
         except TimeoutError:
             return None
+        return self.returncode
 
     def exit_error(self, what: str | None = None) -> RunnerError:
         """The failure to report for a process that ended (or cannot be used) unexpectedly."""

@@ -1,4 +1,5 @@
 import os
+import sys
 
 import pytest
 
@@ -23,7 +24,10 @@ def _sandbox_sees_test_files(tmp_path_factory):
 
     old = {k: os.environ.get(k) for k in (sandbox.READ_ENV, sandbox.WRITE_ENV)}
     os.environ[sandbox.WRITE_ENV] = str(tmp_path_factory.getbasetemp())
-    os.environ[sandbox.READ_ENV] = os.path.dirname(os.path.abspath(__file__))
+    from tests.helpers import shared_dir
+
+    seen = [os.path.dirname(os.path.abspath(__file__)), sys.prefix, sys.base_prefix, str(shared_dir() / "fixtures")]
+    os.environ[sandbox.READ_ENV] = os.pathsep.join(seen)
     yield
     for k, v in old.items():
         if v is None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
+from runner_kit import sandbox
 from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
@@ -38,6 +39,7 @@ from runner_kit.process import (
     workspace_dir,
 )
 from runner_kit.runner import Adapter, RunEnv
+from runner_kit.secret_proxy import SecretProxy, mcp_behind
 
 from . import const
 from .errors import rpc_failure, session_gone
@@ -99,6 +101,7 @@ class CodexAdapter(Adapter):
         self._file_paths: dict[str, list[str]] = {}  # fileChange item id -> its paths (for approvals)
         self._file_changes: dict[str, list[Any]] = {}  # fileChange item id -> its changes (path, kind)
         self._images: Path | None = None
+        self._proxy: SecretProxy | None = None
 
     # --- the process --------------------------------------------------------------------------
 
@@ -118,13 +121,16 @@ class CodexAdapter(Adapter):
         if not env_key.replace("_", "A").isalnum() or env_key[0].isdigit() or env_key in _RESERVED_ENV:
             raise RunnerError("config.invalid", "config key 'env-key' must be an environment variable name "
                                                 "of its own (not PATH, HOME or CODEX_HOME)")
+        # codex gets no secret: its provider's base URL is this agent's proxy, and its key a stand-in
+        self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
+        key = str(cfg.get("api-key") or "")
         write_config(codex_home, codex_config(
-            base_url=url, env_key=env_key, wire_api=str(cfg.get("wire-api") or "responses"),
+            base_url=self._proxy.route(url), env_key=env_key, wire_api=str(cfg.get("wire-api") or "responses"),
             max_retries=_max_retries(cfg),
             model=str(cfg.get("model") or "").strip() or None, web_search=bool(cfg.get("web-search")),
         ))
         extra = parse_env_setting(cfg.get("env"))
-        extra.update({"CODEX_HOME": str(codex_home), env_key: str(cfg.get("api-key") or "")})
+        extra.update({"CODEX_HOME": str(codex_home), env_key: self._proxy.stand_in(key) if key else ""})
         self._perms = Permissions.from_config(cfg, workspace)
         self._workspace = workspace
         params: dict[str, Any] = {"cwd": str(workspace), **self._perms.thread_params()}
@@ -135,6 +141,7 @@ class CodexAdapter(Adapter):
         if langbot_mcp is not None:
             server = await self._stack.enter_async_context(langbot_mcp(self.env, bool(cfg.get("langbot-tools", True))))
             if server is not None:
+                server = mcp_behind(server, self._proxy)
                 params["config"] = {f"mcp_servers.{server.name}": server.as_codex_config(token_env_var=MCP_TOKEN_ENV)}
                 extra[MCP_TOKEN_ENV] = server.token
         self._thread_params = params
@@ -144,8 +151,11 @@ class CodexAdapter(Adapter):
         env = child_env(extra, home=home)
         if path_dirs:
             env["PATH"] = os.pathsep.join([*path_dirs, env.get("PATH", os.defpath)])
-        self._proc = await AgentProcess.spawn([program, "app-server"], cwd=workspace, env=env,
-                                              name="codex app-server", redact=self.env.redact)
+        argv = [program, "app-server"]
+        box = await sandbox.boundary(cfg, agent="Codex", workspace=workspace, home=home, argv=argv, env=env,
+                                     read_only=[Path(d) for d in path_dirs])
+        self._proc = await AgentProcess.spawn(argv, cwd=workspace, env=env, name="codex app-server",
+                                              redact=self.env.redact, boundary=box)
         self._peer = Peer(self._proc.send_json, self._proc.read_json, self._answer, name="codex app-server",
                           observe=self._observe)
         self._peer.start()

@@ -213,12 +213,16 @@ async def test_generated_config_and_child_environment(env, host, monkeypatch):
     (home,) = env.homes()
     doc = tomllib.loads((home / "config.toml").read_text())
     provider = doc["model_providers"][doc["model_provider"]]
-    assert provider["base_url"] == env.api.openai_base_url(), "the pasted /responses/ is cut"
+    # codex talks to this agent's secret proxy, which forwards to the configured URL with the real key
+    assert provider["base_url"].startswith("http://127.0.0.1:") and provider["base_url"] != env.api.openai_base_url()
+    (req,) = env.api.model_requests()  # answered: the pasted /responses/ was cut before the proxy route
+    assert req.api == "openai"
     assert provider["env_key"] == "MY_PROVIDER_KEY" and provider["wire_api"] == "responses"
     assert provider["request_max_retries"] == 3 and provider["stream_max_retries"] == 3
     assert doc["check_for_update_on_startup"] is False and doc["analytics"] == {"enabled": False}
     assert doc["model"] == "fake-model" and doc["web_search"] == "disabled"
     assert "sk-other-key" not in (home / "config.toml").read_text()
+    assert "sk-other-key" not in str(results)
     (start,) = env.events("start")
     assert start["argv"][1:] == ["app-server"], "nothing but app-server on the command line"
     assert "MY_PROVIDER_KEY" in start["env"] and "FOO" in start["env"] and "CODEX_HOME" in start["env"]

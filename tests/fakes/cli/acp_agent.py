@@ -95,6 +95,21 @@ from acp.schema import (  # noqa: E402
     UsageUpdate,
 )
 
+
+def _agent_id() -> int:
+    """This process's identity for ``x-fake-agent-pid``: its pid, or, inside a PID namespace (the
+    runners' sandbox, where every agent is pid 2), a random number that is as unique per process."""
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            namespaced = b"bwrap" in fh.read()
+    except OSError:
+        namespaced = False
+    return 10_000_000 + int.from_bytes(os.urandom(3), "big") if namespaced else os.getpid()
+
+
+AGENT_ID = _agent_id()
+
+
 WARNING = ("Model metadata for `{model}` not found. Defaulting to fallback metadata; this can degrade "
            "performance and cause issues.")
 HIGH_DEMAND = "We're currently experiencing high demand, which may cause temporary errors."
@@ -383,7 +398,7 @@ class FakeCodexACP:
         body = json.dumps({"model": self.model, "stream": True, "input": s.items, "tools": [
             {"type": "function", "name": "exec_command", "parameters": {"type": "object"}}]}).encode()
         headers = {"Content-Type": "application/json", "Authorization": f"Bearer {self.key}",
-                   "x-fake-agent-pid": str(os.getpid()), "session-id": s.id,
+                   "x-fake-agent-pid": str(AGENT_ID), "session-id": s.id,
                    "x-fake-agent-cwd": s.cwd}
         text: list[str] = []
         calls: list[dict[str, Any]] = []

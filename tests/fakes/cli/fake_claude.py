@@ -58,6 +58,21 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+
+def _agent_id() -> int:
+    """This process's identity for ``x-fake-agent-pid``: its pid, or, inside a PID namespace (the
+    runners' sandbox, where every agent is pid 2), a random number that is as unique per process."""
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            namespaced = b"bwrap" in fh.read()
+    except OSError:
+        namespaced = False
+    return 10_000_000 + int.from_bytes(os.urandom(3), "big") if namespaced else os.getpid()
+
+
+AGENT_ID = _agent_id()
+
+
 VERSION = "2.1.197"
 TOOLS = ["Task", "Bash", "Edit", "Read", "Write", "WebFetch", "WebSearch"]
 READ_ONLY = {"echo", "ls", "cat", "pwd", "true", "head", "tail", "grep", "wc", "sleep", "date", "whoami"}
@@ -188,7 +203,7 @@ class ModelCall(threading.Thread):
         h = {"content-type": "application/json", "anthropic-version": "2023-06-01",
              "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
              "user-agent": f"claude-cli/{VERSION} (external, cli)", "x-claude-code-session-id": self.session_id,
-             "x-fake-agent-pid": str(os.getpid()), "accept": "application/json"}
+             "x-fake-agent-pid": str(AGENT_ID), "accept": "application/json"}
         for line in (os.environ.get("ANTHROPIC_CUSTOM_HEADERS") or "").splitlines():
             name, sep, value = line.partition(":")
             if sep and name.strip():
@@ -214,7 +229,7 @@ class ModelCall(threading.Thread):
         conn, path = self._connection()
         self.conn = conn
         try:  # the pre-connect probe the real CLI sends before each request
-            conn.request("HEAD", path or "/", headers={"x-fake-agent-pid": str(os.getpid())})
+            conn.request("HEAD", path or "/", headers={"x-fake-agent-pid": str(AGENT_ID)})
             conn.getresponse().read()
         except (OSError, http.client.HTTPException):
             conn.close()

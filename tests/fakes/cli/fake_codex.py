@@ -74,6 +74,21 @@ import uuid
 from typing import Any
 from urllib.parse import urlsplit
 
+
+def _agent_id() -> int:
+    """This process's identity for ``x-fake-agent-pid``: its pid, or, inside a PID namespace (the
+    runners' sandbox, where every agent is pid 2), a random number that is as unique per process."""
+    try:
+        with open("/proc/1/cmdline", "rb") as fh:
+            namespaced = b"bwrap" in fh.read()
+    except OSError:
+        namespaced = False
+    return 10_000_000 + int.from_bytes(os.urandom(3), "big") if namespaced else os.getpid()
+
+
+AGENT_ID = _agent_id()
+
+
 VERSION = "0.171.0"
 READ_ONLY = {"echo", "ls", "cat", "pwd", "true", "head", "tail", "grep", "wc", "date", "whoami", "sleep", "rg"}
 WRITES = re.compile(r"(^|[;&|]\s*)(touch|mkdir|rm|mv|cp|tee)\b|>")
@@ -383,7 +398,7 @@ class Turn:
     def attempt(self, provider: Provider) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
         url = provider.base_url.rstrip("/") + "/responses"
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream", "session-id": self.thread["id"],
-                   "thread-id": self.thread["id"], "x-fake-agent-pid": str(os.getpid()),
+                   "thread-id": self.thread["id"], "x-fake-agent-pid": str(AGENT_ID),
                    "x-fake-agent-cwd": self.thread["cwd"],
                    "User-Agent": f"codex_cli_rs/{VERSION} (fake)", "originator": "codex_cli_rs",
                    "x-codex-turn-metadata": json.dumps({"thread_id": self.thread["id"], "turn_id": self.id})}
