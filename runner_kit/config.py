@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from .errors import RunnerError
+from .errors import RunnerError, config_secrets
 
 _STRING_TYPES = {"string", "text", "password", "secret", "select", "llm-model-selector"}
 _BOOL_TYPES = {"boolean", "bool"}
@@ -129,6 +129,9 @@ class ConfigSchema:
         for name, value in raw.items():
             if name not in values:
                 values[name] = value
+        # and what hides in any value: URL credentials, secret-named keys in JSON, NAME=value lines
+        for name, value in values.items():
+            secrets.extend(s for s in config_secrets(value, name) if s not in secrets)
         return Config(values, secrets)
 
     def untouched(self, raw: Mapping[str, Any] | None, former: Mapping[str, Any] | None = None) -> bool:

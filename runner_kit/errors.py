@@ -6,8 +6,10 @@ table below and a ``retryable`` flag; the runner base turns it into exactly one 
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from urllib.parse import unquote
 
 # code -> retryable default
 CODES: dict[str, bool] = {
@@ -135,6 +137,11 @@ _PATTERNS: list[tuple[re.Pattern[str], bool]] = [
     ),
     # well-known key shapes (Dify app keys, OpenAI/DashScope sk-, Coze pat_)
     (re.compile(r"\b(?:app-|sk-|pat_|sk_live_|sk_test_)[A-Za-z0-9_-]{8,}"), False),
+    # a URL's userinfo (``scheme://user:pass@host``, or a lone token as the user): scheme://***@host
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s\"'<>\\]*(?=@)"), True),
+    # credentials in a query string (signed links, ``?key=``): ?key=***
+    (re.compile(r"(?i)([?&;](?:key|api[-_]?key|token|access[-_]?token|sign|signature|sig|password|secret)=)[^&#\s\"'<>]+"),
+     True),
 ]
 
 REDACTED = "***"
@@ -160,8 +167,98 @@ class Redactor:
             if s in out:
                 out = out.replace(s, REDACTED)
         for pat, keep in _PATTERNS:
-            out = pat.sub((lambda m: m.group(1) + REDACTED) if keep else REDACTED, out)
+            out = pat.sub(_keep_prefix if keep else REDACTED, out)
         return out
 
 
+def _keep_prefix(m: re.Match[str]) -> str:
+    return m.group(1) + REDACTED
+
+
 redact = Redactor()
+
+
+# --- which config values are secrets ---------------------------------------------------------
+
+_URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^/?#\s\"'<>\\]*)@")
+_SECRET_WORDS = frozenset({
+    "password", "passwd", "pwd", "passphrase", "secret", "token", "apikey", "authorization", "credential",
+    "credentials", "cookie", "signature",
+})
+# ``<word>-key`` names a secret for these words (``api-key``, ``access_key``), not for others (``env-key``)
+_KEY_WORDS = frozenset({"api", "access", "private", "secret", "auth", "signing", "encryption", "client", "app", "master"})
+_ENV_LINE = re.compile(r"(?m)^[ \t]*(?:export[ \t]+)?([A-Za-z_][A-Za-z0-9_.-]*)[ \t]*=[ \t]*(.*?)[ \t]*$")
+_SCHEME_WORDS = ("bearer ", "basic ", "token ", "bot ")
+
+
+def secret_name(name: object) -> bool:
+    """A setting, header, variable or JSON key whose value is a credential (``api-key``,
+    ``OPENAI_API_KEY``, ``jwt-secret``, ``Authorization``, ``auth_token``, ``password``); not
+    ``env-key`` (which names a variable) or ``max_tokens``."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1-\2", str(name or ""))
+    words = [w for w in re.split(r"[^a-z0-9]+", spaced.lower()) if w]
+    if words == ["key"]:
+        return True
+    return any(w in _SECRET_WORDS or (w == "key" and i and words[i - 1] in _KEY_WORDS) for i, w in enumerate(words))
+
+
+def url_userinfo(text: object) -> list[str]:
+    """The credentials in every URL in ``text``: its whole ``user:pass`` (or lone user, often a
+    token), the password alone, and their percent-decoded forms."""
+    out: list[str] = []
+    for m in _URL_USERINFO.finditer(str(text or "")):
+        info = m.group(1)
+        password = info.partition(":")[2]
+        for value in (info, password, unquote(info), unquote(password)):
+            if value and value not in out:
+                out.append(value)
+    return out
+
+
+def config_secrets(value: object, name: str | None = None) -> list[str]:
+    """The secret values inside one config value: the value of every secret-named key (at any
+    depth of JSON objects, ``{"name": …, "value": …}`` pairs and ``NAME=value`` lines) and the
+    credentials of every URL."""
+    out: list[str] = []
+    _walk(value, name, out, 0)
+    return out
+
+
+def _walk(value: object, name: str | None, out: list[str], depth: int) -> None:
+    if depth > 16:
+        return
+    if isinstance(value, str):
+        if name is not None and secret_name(name):
+            _credential(value, out)
+        out.extend(url_userinfo(value))
+        text = value.strip()
+        if text[:1] in ("{", "[") and depth < 16:
+            try:
+                _walk(json.loads(text), name, out, depth + 1)
+            except ValueError:
+                pass
+        if "=" in text:
+            for m in _ENV_LINE.finditer(value):
+                if secret_name(m.group(1)):
+                    _credential(m.group(2), out)
+    elif isinstance(value, Mapping):
+        pair_name = value.get("name", value.get("key"))
+        if isinstance(pair_name, str) and secret_name(pair_name) and isinstance(value.get("value"), str):
+            _credential(value["value"], out)
+        for key, item in value.items():
+            _walk(item, str(key), out, depth + 1)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            _walk(item, name, out, depth + 1)
+
+
+def _credential(value: str, out: list[str]) -> None:
+    """One credential value (quotes and an ``Authorization`` scheme word are also taken off)."""
+    value = value.strip().strip("\"'").strip()
+    low = value.lower()
+    if not value or low in ("true", "false", "none", "null") or value.replace(".", "").isdigit():
+        return
+    out.append(value)
+    for word in _SCHEME_WORDS:
+        if low.startswith(word) and value[len(word):].strip():
+            out.append(value[len(word):].strip())

@@ -24,13 +24,16 @@ says completed — the price of the host's behaviour). Elsewhere it ends with th
 ``explain-failures: false`` (public bots) sends no explanation and always ends in ``run.failed``, so
 the host's generic notice is all the chat shows.
 
-The texts never carry secrets (messages are redacted before they get here), stack traces or a bare
-internal code.
+The texts never carry secrets (messages are redacted before they get here, and once more here with
+the run's redactor: a URL's ``user:password@`` shows as ``***@``), stack traces or a bare internal
+code.
 """
 
 from __future__ import annotations
 
 import re
+
+from .logs import redact_log
 
 _LIMIT = 400
 _FAILURE_LOG = re.compile(r"run failed: code=(\S+) retryable=(true|false): (.*)", re.DOTALL)
@@ -38,7 +41,7 @@ _FAILURE_LOG = re.compile(r"run failed: code=(\S+) retryable=(true|false): (.*)"
 
 def failure_log(code: str, retryable: bool, message: str) -> str:
     """The ``processor.log`` line that records a failure a pipeline run ends without ``run.failed``."""
-    return f"run failed: code={code} retryable={'true' if retryable else 'false'}: {message}"
+    return f"run failed: code={code} retryable={'true' if retryable else 'false'}: {redact_log(message)}"
 
 
 def parse_failure_log(text: object) -> tuple[str, bool, str] | None:
@@ -48,7 +51,7 @@ def parse_failure_log(text: object) -> tuple[str, bool, str] | None:
 
 
 def _detail(message: str) -> str:
-    message = " ".join(message.split()).rstrip(".")
+    message = " ".join(redact_log(message).split()).rstrip(".")
     return message if len(message) <= _LIMIT else message[: _LIMIT - 1] + "…"
 
 

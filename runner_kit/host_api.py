@@ -66,7 +66,7 @@ def _reason(text: str) -> str:
     for prefix in ("RequesterError:", "RequesterError"):
         if text.startswith(prefix):
             text = text[len(prefix):].strip()
-    return redact_log(text[:300])
+    return redact_log(text)[:300]
 
 
 def host_error(exc: BaseException, *, what: str) -> RunnerError:

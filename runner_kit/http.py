@@ -4,9 +4,10 @@ envelopes mapped before any stream is parsed, and transport failures mapped to t
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
@@ -14,7 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from .errors import RunnerError, status_to_code
+from .errors import RunnerError, status_to_code, url_userinfo
+from .logs import install_http_filters, remember_secret
+
+install_http_filters()  # httpx logs every request's URL; its loggers exist now
 
 MAX_ERROR_BODY = 64 * 1024
 # No cap on concurrent connections: each streaming run holds one for its whole answer, so a cap
@@ -36,8 +40,8 @@ def _no_cookies() -> CookieJar:
 def shared_client() -> httpx.AsyncClient:
     """The process's shared AsyncClient for the running event loop (connections are reused).
 
-    It keeps no cookies, and honours HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP
-    clients do.
+    It keeps no cookies, sends a URL's ``user:password@`` as a header (:class:`UserinfoAuth`), and
+    honours HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP clients do.
     """
     loop = asyncio.get_running_loop()
     for key, (other, _) in list(_clients.items()):
@@ -46,7 +50,8 @@ def shared_client() -> httpx.AsyncClient:
     entry = _clients.get(id(loop))
     client = entry[1] if entry is not None and entry[0] is loop else None
     if client is None or client.is_closed:
-        client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True, cookies=_no_cookies())
+        client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True, cookies=_no_cookies(),
+                                   auth=UserinfoAuth())
         _clients[id(loop)] = (loop, client)
     return client
 
@@ -83,8 +88,12 @@ def base_url(
     appended, so ``http://h:8080``, ``http://h:8080/`` and ``http://h:8080/api/v1/`` all give
     ``http://h:8080/api/v1`` with ``suffixes=("/api/v1",), add="/api/v1"``. Anything but a plain
     http(s) address is ``config.invalid`` naming ``key`` (and ``example`` when given).
+
+    A ``user:password@`` in the address is kept (it is sent as ``Authorization: Basic``) and its
+    values join the run's redactor, so no message or log line shows them.
     """
     text = str(raw if raw is not None else "").strip() or default
+    remember_secret(*url_userinfo(text))
     parts = urlsplit(text)
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc or any(c.isspace() for c in text):
         shown = f" such as {example}" if example else ""
@@ -99,6 +108,43 @@ def base_url(
                 path = path[: -len(suffix)].rstrip("/")
                 cut = True
     return urlunsplit((parts.scheme.lower(), parts.netloc, path + add, "", ""))
+
+
+def shown_url(url: object) -> str:
+    """``url`` fit for a message or a log line: without its ``user:password@`` and query."""
+    parts = urlsplit(str(url))
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return urlunsplit((parts.scheme, f"{host}:{port}" if port else host, parts.path, "", ""))
+
+
+def _address(url: httpx.URL) -> str:
+    """``host:port`` of a request, for naming where a connection failed."""
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{host}:{url.port}" if url.port else host
+
+
+class UserinfoAuth(httpx.Auth):
+    """The shared client's auth: a URL's ``user:password@`` goes out as ``Authorization: Basic``
+    and leaves the URL, which httpx logs ("HTTP Request: POST …") and its errors carry.
+
+    An Authorization header the adapter set (the platform's API key) is kept, as curl keeps a
+    header given with ``-H``; httpx alone would replace it with the Basic one.
+    """
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        url = request.url
+        if url.userinfo:
+            if "authorization" not in request.headers:
+                pair = f"{url.username}:{url.password}".encode()
+                request.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+            request.url = url.copy_with(userinfo=b"")
+        yield request
 
 
 def default_error(status: int, body: bytes, content_type: str, platform: str = "upstream") -> RunnerError:
@@ -120,12 +166,14 @@ def default_error(status: int, body: bytes, content_type: str, platform: str = "
     return RunnerError(code, f"{platform} returned HTTP {status} ({detail[:300]})", status=status)
 
 
-def transport_error(exc: BaseException, platform: str = "upstream") -> RunnerError:
-    """Map an httpx transport exception to the taxonomy (never includes headers or keys)."""
+def transport_error(exc: BaseException, platform: str = "upstream", where: str = "") -> RunnerError:
+    """Map an httpx transport exception to the taxonomy (never includes headers or keys); a
+    connection that cannot be made names ``where`` (``host:port``) when given."""
     if isinstance(exc, RunnerError):
         return exc
+    at = f" at {where}" if where else ""
     if isinstance(exc, httpx.ConnectTimeout):
-        return RunnerError("upstream.timeout", f"timed out connecting to {platform}")
+        return RunnerError("upstream.timeout", f"timed out connecting to {platform}{at}")
     if isinstance(exc, httpx.PoolTimeout):
         return RunnerError("upstream.timeout", f"timed out waiting for a free connection to {platform}")
     if isinstance(exc, httpx.TimeoutException):
@@ -137,7 +185,7 @@ def transport_error(exc: BaseException, platform: str = "upstream") -> RunnerErr
             "wrong host name); fix the server's certificate or trust its CA via SSL_CERT_FILE",
         )
     if isinstance(exc, httpx.ConnectError):
-        return RunnerError("upstream.unavailable", f"cannot connect to {platform} (connection refused or unreachable)")
+        return RunnerError("upstream.unavailable", f"cannot connect to {platform}{at} (connection refused or unreachable)")
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return RunnerError("upstream.unavailable", f"the connection to {platform} was closed before the answer finished")
     if isinstance(exc, httpx.UnsupportedProtocol):
@@ -213,7 +261,7 @@ async def open_stream(
     try:
         resp = await client.send(req, stream=True)
     except httpx.HTTPError as exc:
-        raise transport_error(exc, platform) from None
+        raise transport_error(exc, platform, _address(req.url)) from None
     try:
         if 300 <= resp.status_code < 400:
             raise redirect_error(resp, platform)

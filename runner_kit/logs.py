@@ -32,7 +32,20 @@ def redact_log(text: object) -> str:
     """Redact ``text`` with the current run's secrets and the global secret patterns."""
     return _RUN_REDACTOR.get()(text)
 
-# a filter applies only to records logged on its own logger, not to those propagated from children
+
+def remember_secret(*values: object) -> None:
+    """Add ``values`` to the current run's redactor (nothing outside a run: the patterns-only
+    redactor is shared by every bot of the process and keeps no values)."""
+    redactor = _RUN_REDACTOR.get()
+    if redactor is not _PATTERNS_ONLY:
+        for value in values:
+            redactor.add(value)
+
+
+# A filter applies only to records logged on its own logger, not to those propagated from children,
+# so every logger httpx and httpcore log on is named (httpx logs each request's URL at INFO:
+# "HTTP Request: POST http://user:pass@host/…"; the patterns strip userinfo and key/token/sign query
+# parameters from it, and the run's secrets with them).
 _REDACTED_LOGGERS = (
     "runner_kit",
     "httpx",
@@ -41,12 +54,16 @@ _REDACTED_LOGGERS = (
     "httpcore.http11",
     "httpcore.http2",
     "httpcore.proxy",
+    "httpcore.socks",
     "langbot_plugin",
 )
+_HTTP_PREFIXES = ("httpx.", "httpcore.")
+_FORMATTER = logging.Formatter()
 
 
 class RedactingFilter(logging.Filter):
-    """Rewrites a record's message with secrets removed (args are folded into the message)."""
+    """Rewrites a record's message with secrets removed (args are folded into the message, and a
+    traceback attached to the record is formatted once, redacted)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         try:
@@ -57,6 +74,12 @@ class RedactingFilter(logging.Filter):
         if clean != message or record.args:
             record.msg = clean
             record.args = None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = redact_log(_FORMATTER.formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = redact_log(record.exc_text)
+        if record.stack_info:
+            record.stack_info = redact_log(record.stack_info)
         return True
 
 
@@ -71,8 +94,16 @@ def install(name: str) -> logging.Logger:
     return logger
 
 
-for _name in _REDACTED_LOGGERS:
-    install(_name)
+def install_http_filters() -> None:
+    """The filter on httpx's and httpcore's loggers, including any child logger they created."""
+    for name in _REDACTED_LOGGERS:
+        install(name)
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith(_HTTP_PREFIXES):
+            install(name)
+
+
+install_http_filters()
 
 
 def get_logger(name: str) -> logging.Logger:

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from .http import UserinfoAuth
 from .logs import get_logger
 
 log = get_logger("runner_kit.secret_proxy")
@@ -84,7 +85,7 @@ class SecretProxy:
         from aiohttp import web
 
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None), follow_redirects=False,
-                                         trust_env=True)
+                                         trust_env=True, auth=UserinfoAuth())  # the agent's key header wins
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/r/{rid}", self._handle)
         app.router.add_route("*", "/r/{rid}/{rest:.*}", self._handle)

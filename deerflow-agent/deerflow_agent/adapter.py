@@ -38,7 +38,7 @@ import httpx
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
+from runner_kit.http import base_url, finish_body, open_stream, read_json, shown_url, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter
@@ -174,7 +174,7 @@ class DeerFlowAdapter(Adapter):
             return
         raise RunnerError(
             "config.invalid",
-            f"no DeerFlow or LangGraph API answered at {self.root} (tried "
+            f"no DeerFlow or LangGraph API answered at {shown_url(self.root)} (tried "
             f"{', '.join(p or '/' for p in tries)}); {const.BASE_URL_HINT}",
         )
 

@@ -40,7 +40,7 @@ import httpx
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.history import recent_messages
-from runner_kit.http import base_url, finish_body, open_stream, timeout_for
+from runner_kit.http import base_url, finish_body, open_stream, shown_url, timeout_for
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
@@ -183,7 +183,7 @@ class LicosAdapter(Adapter):
             if fresh:
                 yield ev.SessionId(session)
             yield ev.Log(f"LICOS run {self.run_id} (session {session}); run record: "
-                         f"{self.root}{const.RUN_RECORD_PATH.format(run_id=self.run_id)}")
+                         f"{shown_url(self.root)}{const.RUN_RECORD_PATH.format(run_id=self.run_id)}")
             yield ev.Meta("licos_run_id", self.run_id)
             ctype = resp.headers.get("content-type", "").lower()
             if "event-stream" not in ctype:
