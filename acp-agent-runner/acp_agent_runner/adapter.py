@@ -52,17 +52,19 @@ from pydantic import ValidationError
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
+from runner_kit import sandbox
 from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.inputs import InputFile, UserInput
 from runner_kit.logs import get_logger
 from runner_kit.process import AgentProcess, child_env, private_home, save_attachment, workspace_dir
 from runner_kit.runner import Adapter
+from runner_kit.secret_proxy import SecretProxy
 from runner_kit.wire import json_object
 
 from . import const, policy, providers
 from .errors import map_request_error, session_gone
-from .mcp import McpServer, mcp_servers
+from .mcp import McpServer, mcp_servers, mcp_stdio_paths
 
 log = get_logger("runner_kit.acp")
 
@@ -232,6 +234,7 @@ class ACPAdapter(Adapter):
         self._tools: dict[str, _Tool] = {}
         self._stack = AsyncExitStack()
         self._servers: list[McpServer] | None = None
+        self._proxy: SecretProxy | None = None
         self._closed = False
         self._clean = False  # the last turn ended by itself (the agent may still be saving its session)
         self._ignores_eof = False
@@ -241,7 +244,8 @@ class ACPAdapter(Adapter):
     async def _start(self) -> None:
         cfg = self.env.config
         self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.DATA_NAME)
-        spec = providers.launch(cfg)
+        self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
+        spec = providers.launch(cfg, self._proxy)
         home = private_home(const.DATA_NAME, self.workspace)
         extra = dict(spec.env)
         if spec.codex_home:
@@ -250,9 +254,11 @@ class ACPAdapter(Adapter):
             if name.endswith(("KEY", "TOKEN", "SECRET", "PASSWORD")):
                 self.env.redact.add(value)
         self.agent_name = os.path.basename(spec.argv[0]) or "ACP agent"
+        env = child_env(extra, home=home)
+        box = await sandbox.boundary(cfg, agent=self.agent_name, workspace=self.workspace, home=home,
+                                     argv=spec.argv, env=env, read_only=mcp_stdio_paths())
         self.proc = await AgentProcess.spawn(
-            spec.argv, cwd=self.workspace, env=child_env(extra, home=home), name=self.agent_name,
-            redact=self.env.redact,
+            spec.argv, cwd=self.workspace, env=env, name=self.agent_name, redact=self.env.redact, boundary=box,
         )
         assert self.proc.writer is not None
         client: Any = ACPClient(self)  # the library's Client protocol, structurally
@@ -327,7 +333,7 @@ class ACPAdapter(Adapter):
         stored = self.env.session.current
         cwd = str(self.workspace)
         if self._servers is None:  # once per run: the bridge lives until close()
-            self._servers = await mcp_servers(self.env, self.caps, self._stack)
+            self._servers = await mcp_servers(self.env, self.caps, self._stack, self._proxy)
         servers = self._servers
         modes = None
         if stored:

@@ -8,7 +8,10 @@ offered to an agent that advertises them (``mcpCapabilities``); stdio servers al
 
 from __future__ import annotations
 
+import contextlib
+import sys
 from contextlib import AsyncExitStack
+from pathlib import Path
 from typing import Any
 
 from acp.schema import EnvVariable, HttpHeader, HttpMcpServer, McpServerStdio, SseMcpServer
@@ -16,6 +19,7 @@ from acp.schema import EnvVariable, HttpHeader, HttpMcpServer, McpServerStdio, S
 from runner_kit.agent_mcp import langbot_mcp
 from runner_kit.errors import RunnerError
 from runner_kit.logs import get_logger
+from runner_kit.secret_proxy import mcp_behind
 
 log = get_logger("runner_kit.acp")
 
@@ -89,10 +93,24 @@ def as_model(entry: dict[str, Any]) -> McpServer:
     return McpServerStdio(name=entry["name"], command=entry["command"], args=list(entry.get("args") or []), env=env)
 
 
-async def mcp_servers(env: Any, caps: Any, stack: AsyncExitStack) -> list[McpServer]:
+def mcp_stdio_paths() -> list[Path]:
+    """What an agent reads to start the SDK's stdio MCP proxy (``python -m
+    langbot_plugin.api.agent_tools.mcp_stdio``) inside its sandbox: this Python and the folder the
+    SDK is installed in (code only, no data)."""
+    paths = [Path(sys.prefix), Path(sys.base_prefix)]
+    with contextlib.suppress(ImportError):
+        import langbot_plugin
+
+        paths.append(Path(langbot_plugin.__file__).resolve().parent.parent)
+    return paths
+
+
+async def mcp_servers(env: Any, caps: Any, stack: AsyncExitStack, proxy: Any = None) -> list[McpServer]:
     """The bridge (kept open on ``stack`` until the run ends) plus the configured servers."""
     entries = configured(env.config.get("mcp-servers"))
     server = await stack.enter_async_context(langbot_mcp(env, bool(env.config.get("langbot-tools", True))))
+    if server is not None and proxy is not None:
+        server = mcp_behind(server, proxy)  # the agent gets a stand-in token and the proxy's URL
     if server is not None:
         http = bool(getattr(getattr(caps, "mcp_capabilities", None), "http", False))
         entries.insert(0, server.as_acp() if http else server.as_acp_stdio())

@@ -21,6 +21,7 @@ from runner_kit.config import Config
 from runner_kit.errors import RunnerError
 from runner_kit.http import base_url
 from runner_kit.process import find_executable, parse_env_setting
+from runner_kit.secret_proxy import SecretProxy
 
 from . import const
 
@@ -107,13 +108,30 @@ def _program(provider: str, cfg: Config) -> list[str]:
     return [find_executable(None, preset.program, hint=hint)]
 
 
+# where a preset's agent goes when no base URL is configured (routed through the secret proxy)
+DEFAULT_APIS = {
+    "openai": "https://api.openai.com/v1",
+    "anthropic": "https://api.anthropic.com",
+    "gemini": "https://generativelanguage.googleapis.com",
+}
+
+
 def _toml(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)  # a TOML basic string
 
 
-def launch(cfg: Config) -> Launch:
-    """The argv and the provider's environment for the configured agent."""
+def launch(cfg: Config, proxy: SecretProxy | None = None) -> Launch:
+    """The argv and the provider's environment for the configured agent. With ``proxy``, a preset
+    whose model API we wire gets no secret: its base URL is routed through the proxy (the agent's
+    default endpoint when none is configured) and its key is a stand-in."""
     provider = str(cfg.get("provider") or "custom")
+
+    def hide(secret: str) -> str:
+        return proxy.stand_in(secret) if proxy is not None and secret else secret
+
+    def via(url: str) -> str:
+        return proxy.route(url) if proxy is not None else url
+
     out = Launch(_program(provider, cfg))
     out.argv += _split(cfg.get("args"), "args")
     raw_base = str(cfg.get("base-url") or "").strip()
@@ -133,15 +151,17 @@ def launch(cfg: Config) -> Launch:
             out.argv += [
                 "-c", 'model_provider="langbot"',
                 "-c", 'model_providers.langbot.name="LangBot"',
-                "-c", f"model_providers.langbot.base_url={_toml(base)}",
+                "-c", f"model_providers.langbot.base_url={_toml(via(base))}",
                 "-c", 'model_providers.langbot.wire_api="responses"',
                 "-c", f'model_providers.langbot.env_key="{const.CODEX_KEY_ENV}"',
                 "-c", "model_providers.langbot.request_max_retries=0",
                 "-c", "model_providers.langbot.stream_max_retries=0",
             ]
-            out.env[const.CODEX_KEY_ENV] = key
+            out.env[const.CODEX_KEY_ENV] = hide(key)
         elif key:
-            out.env["OPENAI_API_KEY"] = key
+            out.env["OPENAI_API_KEY"] = hide(key)
+            if proxy is not None:
+                out.env["OPENAI_BASE_URL"] = via(DEFAULT_APIS["openai"])
         if model:
             out.argv += ["-c", f"model={_toml(model)}"]
     elif provider == "claude-code":
@@ -153,24 +173,30 @@ def launch(cfg: Config) -> Launch:
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             out.env["IS_SANDBOX"] = "1"  # Claude Code refuses to start as root without it
         if raw_base:
-            out.env["ANTHROPIC_BASE_URL"] = base_url(raw_base, "base-url", suffixes=("/v1/messages", "/v1"),
-                                                     example="https://api.anthropic.com")
+            out.env["ANTHROPIC_BASE_URL"] = via(base_url(raw_base, "base-url", suffixes=("/v1/messages", "/v1"),
+                                                         example="https://api.anthropic.com"))
         if key:
-            out.env["ANTHROPIC_API_KEY"] = key
+            out.env["ANTHROPIC_API_KEY"] = hide(key)
+            if proxy is not None and not raw_base:
+                out.env["ANTHROPIC_BASE_URL"] = via(DEFAULT_APIS["anthropic"])
         if model:
             out.env["ANTHROPIC_MODEL"] = model
     elif provider == "gemini":
         if raw_base:
-            out.env["GOOGLE_GEMINI_BASE_URL"] = base_url(raw_base, "base-url")
+            out.env["GOOGLE_GEMINI_BASE_URL"] = via(base_url(raw_base, "base-url"))
         if key:
-            out.env["GEMINI_API_KEY"] = key
+            out.env["GEMINI_API_KEY"] = hide(key)
+            if proxy is not None and not raw_base:
+                out.env["GOOGLE_GEMINI_BASE_URL"] = via(DEFAULT_APIS["gemini"])
         if model:
             out.argv += ["--model", model]
     elif provider == "qwen-code":
         if raw_base:
-            out.env["OPENAI_BASE_URL"] = base_url(raw_base, "base-url", suffixes=("/chat/completions",))
+            out.env["OPENAI_BASE_URL"] = via(base_url(raw_base, "base-url", suffixes=("/chat/completions",)))
         if key:
-            out.env["OPENAI_API_KEY"] = key
+            out.env["OPENAI_API_KEY"] = hide(key)
+            if proxy is not None and not raw_base:
+                out.env["OPENAI_BASE_URL"] = via(DEFAULT_APIS["openai"])
         if model:
             out.env["OPENAI_MODEL"] = model
     # opencode and custom agents take their model settings from `env` (and their own config files)

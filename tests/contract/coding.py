@@ -26,7 +26,10 @@ class AgentModelAPI(FakeModelAPI):
     directory (``data_dir``), and gives the scripted agent a scratch directory (``scratch``)."""
 
     def start(self) -> AgentModelAPI:
-        self.scratch = Path(tempfile.mkdtemp(prefix="agent-case-"))
+        # under the folder the tests' sandboxes may write (tests/conftest.py), so the scripted agent's
+        # session store and log outlive its process
+        shared = os.environ.get("LANGBOT_RUNNERS_SANDBOX_WRITE", "").split(os.pathsep)[0] or None
+        self.scratch = Path(tempfile.mkdtemp(prefix="agent-case-", dir=shared))
         self.data_dir = self.scratch / "data"
         self.log = self.scratch / "agent-events.jsonl"  # where a scripted agent records what it did
         self._old_data = os.environ.get(DATA_ENV)
