@@ -37,6 +37,7 @@ CODES: dict[str, bool] = {
     "process.not_found": False,
     "process.crashed": True,
     "process.exited": False,
+    "process.no_sandbox": False,
     "runner.cancelled": False,
     "runner.internal": False,
 }

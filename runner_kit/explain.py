@@ -70,6 +70,7 @@ _EXPLANATIONS: dict[str, str] = {
     "upstream.bad_request": "{p} refused the request: {d}.",
     "upstream.not_found": "{p} refused the request: {d}.",
     "upstream.too_large": "{p} refused the request: {d}.",
+    "process.no_sandbox": "{p} could not start safely here: {d}.",
     "runner.internal": "Something went wrong inside the {p} runner ({d}). Please report it to the bot owner.",
 }
 
