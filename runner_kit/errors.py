@@ -263,3 +263,15 @@ def _credential(value: str, out: list[str]) -> None:
     for word in _SCHEME_WORDS:
         if low.startswith(word) and value[len(word):].strip():
             out.append(value[len(word):].strip())
+
+
+def redact_value(value: object, redact: Redactor) -> object:
+    """``value`` (a tool call's parameters or result: str, dict, list, …) with every string in it
+    passed through ``redact``; dict keys too."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {redact(k) if isinstance(k, str) else k: redact_value(v, redact) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [redact_value(v, redact) for v in value]
+    return value

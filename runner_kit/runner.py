@@ -36,7 +36,7 @@ from . import approvals as ap
 from . import events as ev
 from .channel import Channel
 from .config import Config, ConfigSchema
-from .errors import Redactor, RunnerError, SessionMissing
+from .errors import Redactor, RunnerError, SessionMissing, redact_value
 from .explain import explanation, failure_log, incomplete_note
 from .http import shared_client
 from .identity import upstream_user
@@ -945,15 +945,17 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
             out.append(builder.final_text(t))
         case ev.ToolStarted():
             out.append(builder.flush())
-            out.append(builder.tool_started(item.call_id, item.name, item.parameters))
+            params = redact_value(item.parameters, env.redact)  # a tool's input and output reach LangBot's
+            out.append(builder.tool_started(item.call_id, item.name, params))  # ledger: never a secret there
             if builder.auto_progress:
-                out.append(builder.set_progress(progress_line(item.name, item.parameters)))
+                out.append(builder.set_progress(progress_line(item.name, params)))
         case ev.Progress(text=t):
             out.append(builder.set_progress(t))
         case ev.Finish(reason=why):
             env.finish_reason = str(why or "").strip() or None
         case ev.ToolCompleted():
-            out.append(builder.tool_completed(item.call_id, item.name, item.result, item.error))
+            out.append(builder.tool_completed(item.call_id, item.name, redact_value(item.result, env.redact),
+                                              None if item.error is None else env.redact(item.error)))
         case ev.Attachment():
             builder.add_attachment(item)
         case ev.Usage():

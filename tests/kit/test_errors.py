@@ -47,3 +47,13 @@ def test_known_secret_values_removed_and_text_kept():
     r = Redactor(["my-plain-secret"])
     assert r("failed with my-plain-secret in url") == "failed with *** in url"
     assert r("the answer has 12 tokens") == "the answer has 12 tokens"
+
+
+def test_redact_value_reaches_every_string_of_a_tool_call():
+    from runner_kit.errors import Redactor, redact_value
+
+    r = Redactor(["sk-live-123456789"])
+    got = redact_value({"cmd": "echo sk-live-123456789", "env": ["A=sk-live-123456789", 3],
+                        "sk-live-123456789": {"n": None}}, r)
+    assert "sk-live-123456789" not in repr(got)
+    assert got["env"][1] == 3 and got["cmd"].startswith("echo ")
