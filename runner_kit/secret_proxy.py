@@ -19,6 +19,7 @@ stand-in then opens nothing. Responses pass through unchanged (streams included,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import secrets as _secrets
 from collections.abc import AsyncIterator
@@ -49,6 +50,7 @@ class SecretProxy:
         self._runner: Any = None
         self._client: httpx.AsyncClient | None = None
         self.base = ""
+        self._active: set[asyncio.Task[Any]] = set()  # requests being served
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -89,7 +91,10 @@ class SecretProxy:
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/r/{rid}", self._handle)
         app.router.add_route("*", "/r/{rid}/{rest:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # a request whose client went away is cancelled (its upstream stream closed with it), and a
+        # close never waits for a stalled upstream: the agent is gone by then
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
+                                     shutdown_timeout=0.05)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -103,6 +108,8 @@ class SecretProxy:
         self._by_secret.clear()
         runner, self._runner = self._runner, None
         client, self._client = self._client, None
+        for task in list(self._active):
+            task.cancel()
         if runner is not None:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
@@ -130,6 +137,10 @@ class SecretProxy:
             url += "?" + self._fill(request.query_string)
         headers = [(k, self._fill(v)) for k, v in request.headers.items() if k.lower() not in _HOP]
         body = await request.read()
+        task = asyncio.current_task()
+        if task is not None:
+            self._active.add(task)
+            task.add_done_callback(self._active.discard)
         try:
             req = client.build_request(request.method, url, headers=headers, content=body)
             resp = await client.send(req, stream=True)
@@ -151,8 +162,8 @@ class SecretProxy:
             await out.write_eof()
             return out
         except (httpx.HTTPError, ConnectionError) as exc:
-            log.info("secret proxy: the stream from upstream ended early: %s", type(exc).__name__)
-            raise
+            log.info("secret proxy: the stream ended early: %s", type(exc).__name__)
+            raise asyncio.CancelledError from None  # the agent sees its connection close, as upstream's did
         finally:
             await resp.aclose()
 
