@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 from urllib.parse import unquote
 
 # code -> retryable default
@@ -265,7 +266,7 @@ def _credential(value: str, out: list[str]) -> None:
             out.append(value[len(word):].strip())
 
 
-def redact_value(value: object, redact: Redactor) -> object:
+def redact_value(value: Any, redact: Redactor) -> Any:
     """``value`` (a tool call's parameters or result: str, dict, list, …) with every string in it
     passed through ``redact``; dict keys too."""
     if isinstance(value, str):

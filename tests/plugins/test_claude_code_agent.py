@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from runner_kit.secret_proxy import STAND_IN_PREFIX
-
 from runner_kit.process import alive, descendants
+from runner_kit.secret_proxy import STAND_IN_PREFIX
 from runners_cli.host import Identity
 from tests.contract import cases as _cases  # noqa: F401 - loads the case modules in their order
 from tests.contract.case_claude_code_agent import KEY, ClaudeModelAPI, config

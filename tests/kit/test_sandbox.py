@@ -1,0 +1,207 @@
+"""The coding agents' boundary: what a sandboxed process sees, what it outlives, and the refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner_kit import sandbox
+from runner_kit.errors import RunnerError
+from runner_kit.process import TAG_ENV, AgentProcess, alive, child_env, data_root
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
+
+
+@pytest.fixture
+def dirs(tmp_path, monkeypatch):
+    """A data root with two conversations' workspaces and homes, and a file of the host outside them."""
+    monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv(sandbox.WRITE_ENV, raising=False)  # as an owner gets it: nothing extra writable
+    monkeypatch.delenv(sandbox.READ_ENV, raising=False)
+    made = {}
+    for name in ("a", "b"):
+        ws = tmp_path / "data" / "agent" / "workspaces" / name
+        home = tmp_path / "data" / "agent" / "homes" / name
+        ws.mkdir(parents=True)
+        home.mkdir(parents=True)
+        (ws / "notes.txt").write_text(f"marker-of-{name}")
+        (home / "session.jsonl").write_text(f"transcript-of-{name}")
+        made[name] = (ws, home)
+    (tmp_path / "host-secret.txt").write_text("marker-of-the-host")
+    return made
+
+
+async def _boundary(config, ws, home, argv):
+    env = child_env({}, home=home)
+    return await sandbox.boundary(config, agent="test agent", workspace=ws, home=home, argv=argv, env=env), env
+
+
+async def _run(argv, ws, home, config=None, *, wait=True):
+    box, env = await _boundary(config or {}, ws, home, argv)
+    proc = await AgentProcess.spawn(argv, cwd=ws, env=env, name="agent", boundary=box, stdin=False)
+    if not wait:
+        return proc
+    out = b"".join([line + b"\n" async for line in proc.lines()]).decode()
+    await proc.stop(grace=0.2)
+    return out
+
+
+@pytest.fixture(autouse=True)
+def _needs_bwrap():
+    if asyncio.run(sandbox.probe(sandbox.find_bwrap())) is not None:
+        pytest.skip("no working bubblewrap on this machine: " + str(asyncio.run(sandbox.probe(sandbox.find_bwrap()))))
+
+
+async def test_a_session_sees_its_own_files_and_nothing_of_another_or_the_host(dirs, tmp_path):
+    ws, home = dirs["b"]
+    other_ws, other_home = dirs["a"]
+    script = (f"cat notes.txt; echo; echo mine > new.txt; cat new.txt; ls -a ..; ls ../..; cat ../a/notes.txt; "
+              f"cat {other_ws}/notes.txt {other_home}/session.jsonl {tmp_path}/host-secret.txt; "
+              f"ls {data_root()} {tmp_path} /root /home /work; find / -name notes.txt -not -path '/proc/*'; echo end")
+    out = await _run(["/bin/bash", "-c", script + " 2>&1"], ws, home)
+    assert "marker-of-b" in out and "mine" in out and out.rstrip().endswith("end")
+    for leaked in ("marker-of-a", "transcript-of-a", "marker-of-the-host"):
+        assert leaked not in out, out
+    assert (ws / "new.txt").read_text() == "mine\n", "the workspace is the real one, writable"
+    found = [line for line in out.splitlines() if line.endswith("notes.txt") and line.startswith("/")]
+    assert found == [str(ws / "notes.txt")], found
+
+
+async def test_system_paths_are_read_only_and_tmp_is_private(dirs):
+    ws, home = dirs["a"]
+    name = "sandbox-tmp-" + os.urandom(4).hex()
+    out = await _run(["/bin/bash", "-c", f"touch /usr/x 2>&1; touch /etc/x 2>&1; echo t > /tmp/{name} && "
+                      f"cat /tmp/{name}; echo $HOME"], ws, home)
+    assert out.count("Read-only file system") == 2, out
+    assert out.splitlines()[2:4] == ["t", str(home)]
+    assert name not in os.listdir("/tmp"), "its /tmp is its own"
+
+
+async def test_nothing_the_agent_starts_outlives_it(dirs):
+    ws, home = dirs["a"]
+    tag = os.urandom(4).hex()
+    script = (f"nohup sleep 300 {tag} >/dev/null 2>&1 & setsid -f sleep 301 {tag}; (sleep 302 {tag} &); "
+              "echo started; sleep 30")
+    proc = await _run(["/bin/bash", "-c", script.replace(f" {tag}", "")], ws, home, wait=False)
+    line = await proc.reader.readline()
+    assert line.strip() == b"started"
+    sleeps = _sleeps()
+    assert len(sleeps) >= 3, "the background processes run while the agent does"
+    await proc.stop(grace=0.2)
+    left = [p for p in sleeps if alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "a nohup / setsid / double-forked child outlived the agent"
+
+
+def _environ(pid: int) -> bytes:
+    with open(f"/proc/{pid}/environ", "rb") as fh:
+        return fh.read()
+
+
+def _sleeps() -> list[int]:
+    pids = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[0] == b"sleep" and cmd[1:2] in ([b"300"], [b"301"], [b"302"]):
+                pids.append(int(entry.name))
+    return pids
+
+
+async def test_unconfined_agents_are_still_found_by_their_tag_at_stop(dirs):
+    ws, home = dirs["a"]
+    proc = await _run(["/bin/bash", "-c", "setsid -f sleep 301; (sleep 302 &); echo started; sleep 30"], ws, home,
+                      {"isolation": "none"}, wait=False)
+    assert (await proc.reader.readline()).strip() == b"started"
+    sleeps = _sleeps()
+    assert sleeps and all(TAG_ENV.encode() in _environ(p) for p in sleeps)
+    await proc.stop(grace=0.2)
+    left = [p for p in sleeps if alive(p)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left
+
+
+async def test_signals_reach_the_agent_itself_not_bwrap(dirs):
+    ws, home = dirs["a"]
+    script = "trap 'echo got-int; exit 7' INT; echo ready; while true; do sleep 0.05; done"
+    proc = await _run(["/bin/bash", "-c", script], ws, home, wait=False)
+    assert (await proc.reader.readline()).strip() == b"ready"
+    assert proc.agent_pid() not in (None, proc.pid)
+    proc.send_signal(signal.SIGINT)
+    assert (await proc.reader.readline()).strip() == b"got-int"
+    assert await proc.wait(2) == 7
+    await proc.stop()
+
+
+async def test_where_no_sandbox_can_be_built_nothing_starts_unless_the_owner_opts_out(dirs, tmp_path, monkeypatch):
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create new namespace, likely because the kernel "
+                    "does not allow non-privileged user namespaces.' >&2\nexit 1\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(sandbox.BWRAP_ENV, str(fake))
+    sandbox.forget_probes()
+    try:
+        ws, home = dirs["a"]
+        with pytest.raises(RunnerError) as caught:
+            await _boundary({}, ws, home, ["/bin/true"])
+        err = caught.value
+        assert err.code == "process.no_sandbox" and not err.retryable
+        assert "user namespaces" in err.message and "None (unsafe)" in err.message
+        box, _ = await _boundary({"isolation": "none"}, ws, home, ["/bin/true"])
+        assert not box.confined
+    finally:
+        sandbox.forget_probes()
+
+
+def test_isolation_values():
+    assert sandbox.isolation({}) == sandbox.SANDBOX
+    assert sandbox.isolation({"isolation": "None"}) == sandbox.NONE
+    with pytest.raises(RunnerError) as caught:
+        sandbox.isolation({"isolation": "maybe"})
+    assert caught.value.code == "config.invalid"
+
+
+def test_install_roots_are_narrow_and_never_a_home_or_the_data_root(tmp_path, monkeypatch):
+    monkeypatch.setenv("RUNNER_KIT_DATA_DIR", str(tmp_path / "share" / "runners"))
+    home = os.path.expanduser("~")
+    npm = "/opt/npm/lib/node_modules/@anthropic-ai/claude-code/cli.js"
+    assert sandbox.install_root(npm) == Path("/opt/npm")
+    assert sandbox.install_root("/srv/proj/node_modules/.bin/codex") == Path("/srv/proj")
+    assert sandbox.install_root("/opt/venv/bin/python") == Path("/opt/venv")
+    assert sandbox.install_root(f"{home}/bin/claude") is None, "not the whole home"
+    assert sandbox.install_root("/usr/local/bin/claude") == Path("/usr/local")
+    assert sandbox.install_root("/bin/sh") is None
+    assert sandbox.install_root(str(tmp_path / "share" / "bin" / "x")) is None, "never a parent of the data root"
+    assert sandbox.install_root(str(tmp_path / "share" / "runners" / "x" / "tool")) is None, "never the data root"
+
+
+def test_program_paths_follow_the_shebang_and_script_arguments(tmp_path):
+    tools = tmp_path / "tools" / "bin"
+    tools.mkdir(parents=True)
+    script = tools / "agent"
+    script.write_text("#!/usr/bin/env python3\n")
+    script.chmod(0o755)
+    arg = tmp_path / "scripts" / "main.py"
+    arg.parent.mkdir()
+    arg.write_text("")
+    paths = sandbox.program_paths([str(script), str(arg)], {"PATH": os.path.dirname(sys.executable) + ":/usr/bin"})
+    assert tools.parent in paths and arg.parent in paths
+    py = Path(sys.executable)
+    assert any(p == py.parent.parent or p in py.parents for p in paths), "the interpreter's install"
+
+
+def test_sandbox_paths_setting_wants_absolute_paths():
+    assert sandbox.paths_setting("/opt/a\n# note\n\n/opt/b", "k") == [Path("/opt/a"), Path("/opt/b")]
+    with pytest.raises(RunnerError):
+        sandbox.paths_setting("relative/path", "sandbox-read-paths")
