@@ -190,3 +190,20 @@ def sleep_step(seconds: float) -> Any:
         await asyncio.sleep(seconds)
 
     return step
+
+
+def agent_pids(script: str) -> list[int]:
+    """Host pids of this test process's descendants running ``script`` (e.g. ``fake_claude.py``).
+    A sandboxed agent reports its pid inside its PID namespace (2), which means nothing here."""
+    from runner_kit.process import descendants
+
+    found = []
+    for pid in sorted(descendants(os.getpid())):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+        except OSError:
+            continue
+        if b"bwrap" not in os.path.basename(argv[0]) and any(a.endswith(script.encode()) for a in argv):
+            found.append(pid)
+    return found

@@ -16,7 +16,7 @@ from runner_kit.process import alive
 from runners_cli.host import Identity
 from tests.contract import cases as _cases  # noqa: F401 - loads the case modules in their order
 from tests.contract.case_claude_code_agent import KEY, ClaudeModelAPI, config
-from tests.helpers import make_runner, messages, rtype, terminal
+from tests.helpers import agent_pids, make_runner, messages, rtype, terminal
 from tests.helpers import run_answering as drive
 from tests.plugins.test_claude_code_agent import no_children
 
@@ -304,7 +304,7 @@ async def test_button_answer_through_a_new_run_finishes_the_turn_and_stops_claud
     (req,) = host.interactions
     assert "touch made.txt" in req["description"] and [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
     assert req["actions"][1]["label"] == "Allow commands starting with `touch` for this session"
-    pid = int(api.model_requests()[0].headers["x-fake-agent-pid"])
+    (pid,) = agent_pids("fake_claude.py")  # the host's pid (the agent's own is its sandbox's)
     assert alive(pid), "claude waits, parked, for the click"
     assert not (ws / "made.txt").exists()
     out2 = await drive(runner, host, host.make_context(

@@ -13,7 +13,7 @@ import pytest
 from runner_kit import approvals as ap
 from runner_kit.process import alive
 from runners_cli.host import Identity
-from tests.helpers import make_runner, messages, rtype, terminal
+from tests.helpers import agent_pids, make_runner, messages, rtype, terminal
 from tests.helpers import run_answering as drive
 from tests.plugins.test_codex_agent import env  # noqa: F401 - a fixture (host and runner: tests/plugins/conftest.py)
 
@@ -229,8 +229,7 @@ async def test_button_answer_through_a_new_run_finishes_the_turn_and_stops_codex
     assert "touch created-by-tool.txt" in req["description"]
     assert [a["id"] for a in req["actions"]] == ["allow", "always", "deny"]
     assert req["actions"][1]["label"] == "Allow commands starting with `touch created-by-tool.txt` for this session"
-    (started,) = env.events("start")
-    pid = started["pid"]
+    (pid,) = agent_pids("fake_codex.py")  # the host's pid (the agent's own is its sandbox's)
     assert alive(pid), "codex waits, parked, for the click"
     assert not made(env)
     out2 = await drive(runner, host, host.make_context(
