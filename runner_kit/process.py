@@ -217,28 +217,38 @@ def find_executable(value: str | None, default: str, *, key: str = "executable",
 # --- process tree -------------------------------------------------------------------------------
 
 
-def _ppids() -> dict[int, int]:
-    out: dict[int, int] = {}
+def _proc_files(name: str) -> Iterable[tuple[int, bytes]]:
+    """``(pid, content of /proc/<pid>/<name>)`` for every process this user may read."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         try:
-            with open(f"/proc/{entry.name}/stat", "rb") as fh:
-                stat = fh.read()
+            with open(f"/proc/{entry.name}/{name}", "rb") as fh:
+                yield int(entry.name), fh.read()
         except OSError:
             continue
+
+
+def _ppids() -> dict[int, int]:
+    out: dict[int, int] = {}
+    for pid, stat in _proc_files("stat"):
         # pid (comm) state ppid ... — comm may contain spaces and parentheses
         rest = stat[stat.rfind(b")") + 2 :].split()
         if len(rest) > 1:
-            out[int(entry.name)] = int(rest[1])
+            out[pid] = int(rest[1])
     return out
+
+
+def _children() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for child, parent in _ppids().items():
+        children.setdefault(parent, []).append(child)
+    return children
 
 
 def descendants(pid: int) -> set[int]:
     """Every live descendant of ``pid`` (children, grandchildren, …), from /proc."""
-    children: dict[int, list[int]] = {}
-    for child, parent in _ppids().items():
-        children.setdefault(parent, []).append(child)
+    children = _children()
     found: set[int] = set()
     todo = [pid]
     while todo:
@@ -530,30 +540,17 @@ class AgentProcess:
 def tagged(tag: str) -> set[int]:
     """Live processes whose environment carries ``TAG_ENV=tag`` (those this user may read)."""
     needle = f"{TAG_ENV}={tag}".encode()
-    found: set[int] = set()
     me = os.getpid()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit() or int(entry.name) == me:
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as fh:
-                environ = fh.read()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and alive(int(entry.name)):
-            found.add(int(entry.name))
-    return found
+    return {pid for pid, environ in _proc_files("environ")
+            if pid != me and needle in environ.split(b"\0") and alive(pid)}
 
 
 def _payload(bwrap_pid: int) -> int | None:
     """The first process under bwrap (and its init) that is not bwrap itself."""
     try:
-        tree = _ppids()
+        children = _children()
     except OSError:
         return None
-    children: dict[int, list[int]] = {}
-    for child, parent in tree.items():
-        children.setdefault(parent, []).append(child)
     todo = [bwrap_pid]
     while todo:
         for child in sorted(children.get(todo.pop(0), ())):
