@@ -41,8 +41,11 @@ class Params:
     conc_delay: float = 0.15
     # 5. connections
     conn_runs: int = 100
-    # 6. coding agents: runs of (turn, follow-up in the same process, the follow-up as a new run)
-    coding_rounds: int = 7
+    # 6. coding agents: rounds of (turn, follow-up in the same process, the follow-up as a new run),
+    # each with isolation: sandbox and isolation: none; and repetitions of each boundary part alone
+    coding_rounds: int = 11
+    coding_warmup: bool = True  # one untimed round per mode first
+    boundary_reps: int = 30
     # 7. in-process agent loops: tool rounds per run, and runs per figure
     local_rounds: int = 5
     local_reps: int = 7
@@ -61,7 +64,9 @@ class Params:
             conc_ns=(50,),
             conc_tokens=10,
             conc_delay=0.05,
-            coding_rounds=2,
+            coding_rounds=1,
+            coding_warmup=False,
+            boundary_reps=4,
             local_rounds=2,
             local_reps=2,
         )

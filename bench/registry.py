@@ -83,29 +83,53 @@ FAKE_CLI_DIR = Path(__file__).resolve().parents[1] / "tests" / "fakes" / "cli"
 def fake_model_agent(plugin: str, config: Callable[[Any, str], dict[str, Any]]) -> CodingAgent:
     """A ``CodingAgent`` over a fresh ``FakeModelAPI`` (accepting ``BENCH_MODEL_KEY``), with the
     runner's workspaces and homes in a temporary ``RUNNER_KIT_DATA_DIR`` removed at the end;
-    ``config(srv, key)`` points the runner at its scripted CLI (in ``FAKE_CLI_DIR``) and the fake."""
+    ``config(srv, key)`` points the runner at its scripted CLI (in ``FAKE_CLI_DIR``) and the fake.
+
+    Coding agents run sandboxed by default, and the scripted CLIs are Python scripts importing the
+    venv's packages: while the entry runs, the sandbox may read the tests folder and the Python
+    install (``LANGBOT_RUNNERS_SANDBOX_READ``, as tests/conftest.py sets it) and write
+    ``srv.bench_shared``, a folder outside the data root for the fakes' own state
+    (``LANGBOT_RUNNERS_SANDBOX_WRITE``). Nothing else is widened: each agent still sees only its
+    own workspace and HOME."""
     import os
     import shutil
+    import sys
     import tempfile
+
+    from runner_kit.sandbox import READ_ENV, WRITE_ENV
+
+    names = ("RUNNER_KIT_DATA_DIR", READ_ENV, WRITE_ENV)
 
     def start() -> Any:
         from tests.fakes.model_api import FakeModelAPI
 
         srv = FakeModelAPI(api_keys={BENCH_MODEL_KEY})
+        srv.bench_old_env = {k: os.environ.get(k) for k in names}
         srv.bench_data = tempfile.mkdtemp(prefix=f"bench-{plugin}-")
-        srv.bench_old_data = os.environ.get("RUNNER_KIT_DATA_DIR")
+        srv.bench_shared = tempfile.mkdtemp(prefix=f"bench-{plugin}-fake-")
         os.environ["RUNNER_KIT_DATA_DIR"] = srv.bench_data
+        os.environ[READ_ENV] = os.pathsep.join(
+            [str(FAKE_CLI_DIR.parents[1]), sys.prefix, sys.base_prefix, *_env_list(srv.bench_old_env[READ_ENV])])
+        os.environ[WRITE_ENV] = os.pathsep.join([srv.bench_shared, *_env_list(srv.bench_old_env[WRITE_ENV])])
         return srv.start()
 
     def stop(srv: Any) -> None:
         srv.stop()
-        if srv.bench_old_data is None:
-            os.environ.pop("RUNNER_KIT_DATA_DIR", None)
-        else:
-            os.environ["RUNNER_KIT_DATA_DIR"] = srv.bench_old_data
+        for k, v in srv.bench_old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         shutil.rmtree(srv.bench_data, ignore_errors=True)
+        shutil.rmtree(srv.bench_shared, ignore_errors=True)
 
     return CodingAgent(plugin=plugin, start=start, config=lambda srv: config(srv, BENCH_MODEL_KEY), stop=stop)
+
+
+def _env_list(value: str | None) -> list[str]:
+    import os
+
+    return [p for p in (value or "").split(os.pathsep) if p]
 
 
 # --- Dify -------------------------------------------------------------------------------------

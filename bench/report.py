@@ -164,6 +164,23 @@ def targets(data: dict[str, Any]) -> list[dict[str, Any]]:
                 "status": NA,
             }
         )
+        iso = r.get("isolation")
+        if iso:
+            sb, no = iso["sandbox"], iso["none"]
+            rows.append(
+                {
+                    "id": "coding-sandbox",
+                    "figure": "6. Sandbox cost per turn (isolation: sandbox / none)",
+                    "plugin": r["plugin"],
+                    "measured": f"new-process turn {_f(sb['new_process_turn_s']['median'], 3)} s "
+                    f"({_f(iso['ratio']['new_process_turn_s'])}×), live follow-up "
+                    f"{_f(sb['live_turn_s']['median'], 3)} s ({_f(iso['ratio']['live_turn_s'])}×)",
+                    "reference": f"isolation: none {_f(no['new_process_turn_s']['median'], 3)} s / "
+                    f"{_f(no['live_turn_s']['median'], 3)} s",
+                    "target": "–",
+                    "status": NA,
+                }
+            )
     for r in (s.get("in_process_agents") or {}).get("rows", []):
         rows.append(
             {
@@ -489,6 +506,7 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
                 ],
             )
         )  # fmt: skip
+        parts += _isolation_part(ca)
     ia = s.get("in_process_agents") or {}
     if ia.get("rows"):
         parts += [
@@ -516,6 +534,80 @@ def markdown(data: dict[str, Any], notes: str = "") -> str:
     if notes:
         parts += ["", notes]
     return "\n".join(parts) + "\n"
+
+
+def _ms_spread(d: dict[str, float], scale: float = 1000.0, nd: int = 0) -> str:
+    return f"{_f(d['median'] * scale, nd)} ({_f(d['p95'] * scale, nd)})"
+
+
+def _isolation_part(ca: dict[str, Any]) -> list[str]:
+    """Section 6's sandbox table (each turn with isolation: sandbox and none, alternating rounds)
+    and what the boundary is made of, measured alone."""
+    rows = [r for r in ca.get("rows", []) if r.get("isolation")]
+    if not rows:
+        only = {r.get("isolation_measured") for r in ca.get("rows", [])} - {None}
+        if only:
+            return ["", f"Every turn above ran with `isolation: {', '.join(sorted(only))}`: no sandbox can be "
+                    "built on this machine, so its cost per turn was not measured."] + _boundary_part(
+                        ca.get("boundary") or {})
+        return []
+    rounds = rows[0]["isolation"]["rounds"]
+    table = []
+    for r in rows:
+        iso = r["isolation"]
+        for key, name in (("new_process_turn_s", "new-process turn"), ("live_turn_s", "live follow-up turn"),
+                          ("resumed_run_s", "resumed run")):
+            table.append([r["plugin"] if key == "new_process_turn_s" else "", name,
+                          _ms_spread(iso["sandbox"][key]), _ms_spread(iso["none"][key]),
+                          f"{_f(iso['ratio'][key])}×", _ms_spread(iso["added_ms"][key], 1.0)])
+    parts = [
+        "",
+        "**What the sandbox costs per turn.** Each conversation measured above, once with `isolation: sandbox` "
+        f"(the default: a bubblewrap sandbox per agent process) and once with `isolation: none`, in {rounds} rounds "
+        "that alternate which mode goes first, so load on the machine falls on both alike. A *new-process turn* "
+        "is a new conversation's first message, from the run's start to its reply reaching the host (the agent "
+        "process is spawned, sandboxed or not, and answers); the *live follow-up turn* is the follow-up answered "
+        "by that same process (reply to reply); the *resumed run* is the follow-up again as a run of its own (a "
+        "new process resuming the session). Both modes keep the model key behind the agent's secret proxy, so "
+        "the proxy's hop is in both columns and not in the ratio. Milliseconds, median (p95); *added* is the "
+        "sandbox turn minus the none turn of the same round.",
+        "",
+        _table(["Plugin", "Turn", "sandbox (ms)", "none (ms)", "sandbox / none (medians)", "added per round (ms)"],
+               table),
+    ]
+    return parts + _boundary_part(ca.get("boundary") or {})
+
+
+def _boundary_part(b: dict[str, Any]) -> list[str]:
+    pieces = []
+    if "probe_first_ms" in b:
+        pieces += [
+            f"**probe** — whether bwrap can build a sandbox here, once per plugin process: "
+            f"{_ms_spread(b['probe_first_ms'], 1.0, 1)} ms on the first call, {_f(b['probe_cached_us']['median'], 1)} µs "
+            "after (cached)",
+            f"**bwrap start** — `/bin/true` inside an agent's sandbox (new user, PID, IPC and UTS namespaces, "
+            f"the read-only system and program binds, the workspace and HOME) {_ms_spread(b['spawn_sandbox_ms'], 1.0, 1)} ms "
+            f"against {_ms_spread(b['spawn_direct_ms'], 1.0, 1)} ms started directly: "
+            f"{_ms_spread(b['spawn_added_ms'], 1.0, 1)} ms added once per agent process, nothing per turn in a live "
+            "process",
+        ]
+        if "cli_sandbox_ms" in b:
+            pieces.append(
+                f"**a scripted CLI's start** — `fake_claude.py --version` (Python and its imports) inside such a "
+                f"sandbox {_ms_spread(b['cli_sandbox_ms'], 1.0, 1)} ms against {_ms_spread(b['cli_direct_ms'], 1.0, 1)} "
+                f"ms directly: {_ms_spread(b['cli_added_ms'], 1.0, 1)} ms added")
+    elif b.get("sandbox"):
+        pieces.append(f"**sandbox** — not measured: bubblewrap is {b['sandbox']}")
+    if "request_proxy_ms" in b:
+        pieces.append(
+            f"**proxy hop** — one streamed model request through the agent's secret proxy "
+            f"{_ms_spread(b['request_proxy_ms'], 1.0, 1)} ms against {_ms_spread(b['request_direct_ms'], 1.0, 1)} ms "
+            f"sent directly: {_ms_spread(b['request_added_ms'], 1.0, 1)} ms added per model request (in both "
+            "isolation modes)")
+    if not pieces:
+        return []
+    return ["", "Where it goes, each part measured alone in the benchmark process, alternating with its reference, "
+            "median (p95): " + "; ".join(pieces) + "."]
 
 
 # --- chart ------------------------------------------------------------------------------------

@@ -582,62 +582,221 @@ async def connections(entry: HttpPlugin, srv: FakeServer, p: Params) -> dict[str
 
 
 async def coding_agents(p: Params) -> dict[str, Any]:
-    """Steering latency and follow-up cost for each coding-agent runner in the registry."""
+    """Steering latency and follow-up cost for each coding-agent runner in the registry, each turn
+    measured with ``isolation: sandbox`` and ``isolation: none`` in alternating rounds, and what the
+    boundary is made of (the bwrap probe, starting a program inside bwrap, the secret proxy's hop)."""
     if not CODING_AGENTS:
         return {"status": "not applicable", "reason": "no coding-agent runner has landed", "rows": []}
+    from runner_kit import sandbox
+
+    why = await sandbox.probe(sandbox.find_bwrap())
+    modes = ISOLATIONS if why is None else ("none",)  # without bwrap, only the unconfined turns
     rows = []
     for entry in CODING_AGENTS:
         srv = entry.start()
         try:
-            rows.append(await _coding_agent(entry, srv, p))
+            rows.append(await _coding_agent(entry, srv, p, modes))
         finally:
             entry.stop(srv)
-    return {"status": "measured", "rows": rows}
+    return {"status": "measured", "rows": rows, "boundary": await _boundary_parts(p)}
 
 
-async def _coding_agent(entry: Any, srv: Any, p: Params) -> dict[str, Any]:
-    """Follow-up pickup (a turn's reply reached the host -> the follow-up's model call reached the
-    model API) and a follow-up turn in the live agent process against the same message as a run of
-    its own (a new agent process resuming the stored session), both seen from the host."""
+ISOLATIONS = ("sandbox", "none")
+
+
+async def _coding_round(entry: Any, srv: Any, runner: Any, host: Any, config: dict[str, Any], tag: str) -> dict[str, float]:
+    """One conversation: a turn in a new agent process with a follow-up queued while it streams
+    (answered by the same process), then the follow-up again as a run of its own (a new agent
+    process resuming the stored session). Times as the host sees them."""
+    entry.answer(srv, ["word "] * 8, 0.02)
+    conversation = Identity(conversation_id=f"bench-coding-{tag}")
+    ctx = host.make_context(f"start {tag}", config=config, steering=True, identity=conversation)
+    follow = f"follow-up {tag}."
+    queued = False
+    completed: list[float] = []
+    t0 = time.time()
+    async for result in runner.invoke(ctx):
+        host.apply_result(ctx.run_id, result)
+        kind = rtype(result)
+        if kind == "message.delta" and not queued:
+            host.queue_steering(ctx, follow)
+            queued = True
+        elif kind == "message.completed":
+            completed.append(time.time())
+        elif kind == "run.failed":
+            raise RuntimeError(f"{entry.plugin} ({tag}): the run failed: {result.data}")
+    if len(completed) != 2:
+        raise RuntimeError(f"{entry.plugin} ({tag}): expected two replies in one run, got {len(completed)}")
+    got = next(r.received_at for r in list(srv.requests) if follow.encode() in r.body)
+    resumed: list[float] = []
+    t1 = time.time()
+    ctx2 = host.make_context(follow, config=config, identity=conversation)
+    async for result in runner.invoke(ctx2):
+        host.apply_result(ctx2.run_id, result)
+        if rtype(result) == "message.completed":
+            resumed.append(time.time() - t1)
+    if not resumed:
+        raise RuntimeError(f"{entry.plugin} ({tag}): the resumed run gave no reply")
+    return {"pickup_ms": (got - completed[0]) * 1000, "new_process_turn_s": completed[0] - t0,
+            "live_turn_s": completed[1] - completed[0], "resumed_run_s": resumed[0]}
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"median": median(xs), "p95": pct(xs, 95)}
+
+
+async def _coding_agent(entry: Any, srv: Any, p: Params, modes: tuple[str, ...] = ISOLATIONS) -> dict[str, Any]:
+    """Per isolation mode and round: a new-process turn (spawn + answer), the follow-up picked up by
+    the live process (pickup: the turn's reply reached the host -> the follow-up's model call
+    reached the model API; turn: reply to reply) and the same follow-up as a run of its own (a new
+    process resuming the session). Rounds alternate which mode goes first, so load on a shared
+    machine falls on both alike. The first figures (steering, follow-up, resumed run) are the
+    default isolation's (sandbox), or none's where no sandbox can be built (``modes``)."""
     runner, host = load_runner(entry.plugin)
-    config = entry.config(srv)
-    pickups: list[float] = []
-    live_turns: list[float] = []
-    fresh_runs: list[float] = []
+    base = entry.config(srv)
+    configs = {mode: {**base, "isolation": mode} for mode in modes}
+    for mode in modes if p.coding_warmup else ():  # warm-up: imports, the probe, first connections
+        await _coding_round(entry, srv, runner, host, configs[mode], f"warm-{mode}")
+    got: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
     for i in range(p.coding_rounds):
-        entry.answer(srv, ["word "] * 8, 0.02)
-        conversation = Identity(conversation_id=f"bench-coding-{i}")
-        ctx = host.make_context(f"start {i}", config=config, steering=True, identity=conversation)
-        follow = f"follow-up {i}"
-        queued = False
-        completed: list[float] = []
-        async for result in runner.invoke(ctx):
-            host.apply_result(ctx.run_id, result)
-            kind = rtype(result)
-            if kind == "message.delta" and not queued:
-                host.queue_steering(ctx, follow)
-                queued = True
-            elif kind == "message.completed":
-                completed.append(time.time())
-        if len(completed) != 2:
-            raise RuntimeError(f"{entry.plugin}: expected two replies in one run, got {len(completed)}")
-        got = next(r.received_at for r in list(srv.requests) if follow.encode() in r.body)
-        pickups.append((got - completed[0]) * 1000)
-        live_turns.append(completed[1] - completed[0])
-        t0 = time.time()
-        ctx2 = host.make_context(follow, config=config, identity=conversation)
-        async for result in runner.invoke(ctx2):
-            host.apply_result(ctx2.run_id, result)
-            if rtype(result) == "message.completed":
-                fresh_runs.append(time.time() - t0)
-    live, fresh = median(live_turns), median(fresh_runs)
+        for mode in (modes if i % 2 == 0 else modes[::-1]):
+            got[mode].append(await _coding_round(entry, srv, runner, host, configs[mode], f"{i}-{mode}"))
+    first = modes[0]
+    if len(modes) == 1:
+        spread = {key: _spread([r[key] for r in got[first]]) for key in ("live_turn_s", "resumed_run_s", "pickup_ms")}
+        live, fresh = spread["live_turn_s"]["median"], spread["resumed_run_s"]["median"]
+        return {"plugin": entry.plugin, "steering_ms": spread["pickup_ms"], "same_process_turn_s": live,
+                "new_process_turn_s": fresh, "ratio": live / fresh, "isolation_measured": first}
+
+    def col(mode: str, key: str) -> list[float]:
+        return [r[key] for r in got[mode]]
+
+    figures = ("new_process_turn_s", "live_turn_s", "resumed_run_s")
+    iso: dict[str, Any] = {"rounds": p.coding_rounds}
+    for mode in ISOLATIONS:
+        iso[mode] = {key: _spread(col(mode, key)) for key in (*figures, "pickup_ms")}
+    iso["ratio"] = {key: iso["sandbox"][key]["median"] / iso["none"][key]["median"] for key in figures}
+    # the paired difference per round (same round, back to back): less noisy than a difference of medians
+    iso["added_ms"] = {key: _spread([(a[key] - b[key]) * 1000 for a, b in zip(got["sandbox"], got["none"], strict=True)])
+                       for key in figures}
+    live, fresh = iso["sandbox"]["live_turn_s"]["median"], iso["sandbox"]["resumed_run_s"]["median"]
     return {
         "plugin": entry.plugin,
-        "steering_ms": {"median": median(pickups), "p95": pct(pickups, 95)},
+        "steering_ms": iso["sandbox"]["pickup_ms"],
         "same_process_turn_s": live,
         "new_process_turn_s": fresh,
         "ratio": live / fresh,
+        "isolation": iso,
     }
+
+
+async def _boundary_parts(p: Params) -> dict[str, Any]:
+    """What the boundary is made of, measured alone in this process, each side alternating with its
+    reference: the one-time bwrap probe (first call per process, then cached), starting a program
+    (``/bin/true``) inside an agent's bwrap sandbox against starting it directly, and one streamed
+    model request through the agent's secret proxy against the same request sent directly."""
+    import shutil as _shutil
+    from pathlib import Path
+
+    import httpx
+
+    from runner_kit import sandbox
+    from runner_kit.secret_proxy import SecretProxy
+    from tests.fakes.model_api import FakeModelAPI
+
+    out: dict[str, Any] = {}
+    bwrap = sandbox.find_bwrap()
+    why = await sandbox.probe(bwrap)
+    if bwrap is None or why is not None:
+        out["sandbox"] = f"not available here: {why}"
+    else:
+        first: list[float] = []
+        cached: list[float] = []
+        for _ in range(p.boundary_reps):
+            sandbox.forget_probes()
+            t0 = time.perf_counter()
+            await sandbox.probe(bwrap)
+            t1 = time.perf_counter()
+            await sandbox.probe(bwrap)
+            cached.append((time.perf_counter() - t1) * 1e6)
+            first.append((t1 - t0) * 1000)
+        out["probe_first_ms"] = _spread(first)
+        out["probe_cached_us"] = _spread(cached)
+        folder = Path(tempfile.mkdtemp(prefix="bench-boundary-"))
+        try:
+            (folder / "ws").mkdir()
+            (folder / "home").mkdir()
+            box = sandbox.Boundary(bwrap=bwrap, workspace=folder / "ws", home=folder / "home",
+                                   read_only=tuple(sandbox.program_paths([sys.executable], os.environ)))
+            argv = ["/bin/true"]
+            boxed, _ = box.wrap(argv, os.environ)
+
+            async def spawn(cmd: list[str]) -> float:
+                t0 = time.perf_counter()
+                proc = await asyncio.create_subprocess_exec(*cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                            stderr=subprocess.DEVNULL)
+                if await proc.wait() != 0:
+                    raise RuntimeError(f"{cmd[0]} exited {proc.returncode}")
+                return (time.perf_counter() - t0) * 1000
+
+            async def pair(plain: list[str], sandboxed: list[str], name: str) -> None:
+                inside: list[float] = []
+                direct: list[float] = []
+                for i in range(p.boundary_reps):
+                    if i % 2:
+                        direct.append(await spawn(plain))
+                        inside.append(await spawn(sandboxed))
+                    else:
+                        inside.append(await spawn(sandboxed))
+                        direct.append(await spawn(plain))
+                out[f"{name}_sandbox_ms"], out[f"{name}_direct_ms"] = _spread(inside), _spread(direct)
+                out[f"{name}_added_ms"] = _spread([a - b for a, b in zip(inside, direct, strict=True)])
+
+            await pair(argv, boxed, "spawn")
+            # a scripted CLI's own start (Python and its imports) inside the same kind of sandbox
+            from .registry import FAKE_CLI_DIR
+
+            cli = [str(FAKE_CLI_DIR / "fake_claude.py"), "--version"]
+            cli_box = sandbox.Boundary(bwrap=bwrap, workspace=folder / "ws", home=folder / "home",
+                                       read_only=tuple(sandbox.program_paths(cli, os.environ)))
+            await pair(cli, cli_box.wrap(cli, os.environ)[0], "cli")
+        finally:
+            _shutil.rmtree(folder, ignore_errors=True)
+    key = "sk-bench-proxy-key"
+    api = FakeModelAPI(api_keys={key}).start()
+    api.record_requests = False
+    api.answer_tokens, api.token_delay = ["word "] * 8, 0.0
+    body = {"model": "claude-fake", "max_tokens": 64, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    try:
+        async with SecretProxy.open() as proxy, httpx.AsyncClient(
+            limits=httpx.Limits(max_keepalive_connections=0), trust_env=False, timeout=30
+        ) as client:  # a new connection per request on both sides, as the CLIs' own clients mostly do
+            routed, stand_in = proxy.route(api.anthropic_base_url()), proxy.stand_in(key)
+
+            async def call(base: str, k: str) -> float:
+                t0 = time.perf_counter()
+                resp = await client.post(base + "/v1/messages", json=body, headers={"x-api-key": k})
+                if resp.status_code != 200 or b"message_stop" not in resp.content:
+                    raise RuntimeError(f"model request failed: {resp.status_code}")
+                return (time.perf_counter() - t0) * 1000
+
+            for _ in range(3):
+                await call(routed, stand_in)
+                await call(api.anthropic_base_url(), key)
+            via: list[float] = []
+            direct_calls: list[float] = []
+            for i in range(p.boundary_reps):
+                if i % 2:
+                    direct_calls.append(await call(api.anthropic_base_url(), key))
+                    via.append(await call(routed, stand_in))
+                else:
+                    via.append(await call(routed, stand_in))
+                    direct_calls.append(await call(api.anthropic_base_url(), key))
+        out["request_proxy_ms"], out["request_direct_ms"] = _spread(via), _spread(direct_calls)
+        out["request_added_ms"] = _spread([a - b for a, b in zip(via, direct_calls, strict=True)])
+    finally:
+        api.stop()
+    return out
 
 
 # --- 7. in-process agent loops (LocalAgent) ----------------------------------------------------
