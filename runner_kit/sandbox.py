@@ -342,10 +342,11 @@ async def boundary(config: Any, *, agent: str, workspace: Path, home: Path, argv
     if why is not None:
         raise RunnerError(
             "process.no_sandbox",
-            f"{agent} was not started because no sandbox can be built on this server ({why}); without one, "
-            "any chat member could make it read other conversations and the server's files. The bot owner "
-            "can run LangBot where user namespaces are allowed (the plugin's README says how), or set "
-            "Isolation to 'None (unsafe)' in the bot's AI settings",
+            # what to do comes before the probe's detail: the chat shows the first 400 characters
+            f"{agent} was not started because no sandbox can be built on this server; without one, any chat "
+            "member could make it read other conversations and the server's files. The bot owner can run "
+            "LangBot where user namespaces are allowed (the plugin's README says how), or set Isolation to "
+            f"'None (unsafe)' in the bot's AI settings. Why: {why}",
         )
     ro = [*program_paths(argv, env), *extra_ro, *read_only]
     return Boundary(bwrap=bwrap, workspace=workspace, home=home, read_only=tuple(ro), writable=tuple(extra_rw))
