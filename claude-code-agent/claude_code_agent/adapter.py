@@ -44,7 +44,7 @@ from runner_kit.process import (
     workspace_dir,
 )
 from runner_kit.runner import Adapter, RunEnv
-from runner_kit.secret_proxy import SecretProxy
+from runner_kit.secret_proxy import SecretProxy, mcp_behind
 
 from . import const
 from .stream import TurnReader
@@ -241,6 +241,8 @@ class ClaudeCodeAdapter(Adapter):
         enabled = self.env.config.get("langbot-tools", True) is not False
         stack = self._mcp = contextlib.AsyncExitStack()
         server = await stack.enter_async_context(langbot_mcp(self.env, enabled=enabled))
+        if server is not None and self._proxy is not None:
+            server = mcp_behind(server, self._proxy)  # claude's config file holds a stand-in, not the token
         return None if server is None else server.as_claude_config()
 
     async def _close_langbot_mcp(self) -> None:
@@ -252,7 +254,8 @@ class ClaudeCodeAdapter(Adapter):
         cfg = self.env.config
         self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.PROCESS_PLATFORM)
         home = self.home = private_home(const.PROCESS_PLATFORM, self.workspace)
-        self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
+        if self._proxy is None:  # one per adapter: a restarted claude gets new routes on it
+            self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
         env = self.child_environment(home, self._proxy)
         argv = await self.argv()
         box = await sandbox.boundary(cfg, agent="Claude Code", workspace=self.workspace, home=home, argv=argv, env=env)

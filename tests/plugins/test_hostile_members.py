@@ -214,14 +214,7 @@ async def test_secrets_no_tool_finds_the_api_key(plugin, api, key, owner_sandbox
     assert "passphrase is: ***" in out and passphrase not in dump(results) + caplog.text
 
 
-CLAUDE_MCP_TOKEN = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "claude-code-agent writes LangBot's MCP bridge into ~/langbot-mcp/<id>.json with the bridge's own "
-    "URL and the real token (adapter._langbot_mcp does not pass it through secret_proxy.mcp_behind as "
-    "codex-agent and acp-agent-runner do): a tool reads it with `cat ~/langbot-mcp/*.json`"))
-
-
-@pytest.mark.parametrize("plugin", [pytest.param(p, marks=CLAUDE_MCP_TOKEN) if p == "claude-code-agent" else p
-                                    for p in PLUGINS])
+@pytest.mark.parametrize("plugin", PLUGINS)
 async def test_secrets_no_tool_finds_the_langbot_mcp_token(plugin, api, key, mcp_tokens, owner_sandbox, caplog):
     caplog.set_level("DEBUG")
     results, raw, _ = await probe_secrets(plugin, api, key, owner_sandbox)
