@@ -162,8 +162,11 @@ def _inside_data(path: Path) -> bool:
 
 def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     """Read-only paths ``argv`` needs: the program's install tree (as started and as resolved),
-    its ``#!`` interpreter's, and the folder of every absolute file path among the arguments
-    (a script run by an interpreter). A path that cannot be bound whole is bound as itself."""
+    its ``#!`` interpreter's, the folder of every absolute file path among the arguments (a script
+    run by an interpreter; for a script inside an npm package, its install prefix: ``node
+    <prefix>/node_modules/<pkg>/dist/index.js`` imports the packages beside it), and the install
+    tree of every program an environment variable names by its absolute path (one the agent starts
+    itself, such as ``CLAUDE_CODE_EXECUTABLE``). A path that cannot be bound whole is bound as itself."""
     out: list[Path] = []
     if not argv:
         return out
@@ -191,12 +194,22 @@ def program_paths(argv: Sequence[str], env: Mapping[str, str]) -> list[Path]:
     add(first if os.sep in first else shutil.which(first, path=search))
     for arg in argv[1:]:
         if arg.startswith("/") and os.path.isfile(arg):
-            file = Path(os.path.abspath(arg))
-            if _bindable(file.parent):
-                out.append(file.parent)
-            elif not _inside_data(file):
-                out.append(file)
+            for file in {Path(os.path.abspath(arg)), Path(os.path.realpath(arg))}:
+                root = install_root(file) if "node_modules" in file.parts else None
+                if root is None and _bindable(file.parent):
+                    root = file.parent
+                if root is not None:
+                    out.append(root)
+                elif not _inside_data(file):
+                    out.append(file)
+    for name, value in env.items():
+        if name not in _NOT_PROGRAMS and value.startswith("/") and os.path.isfile(value) and os.access(value, os.X_OK):
+            add(value)
     return out
+
+
+# variables that hold a path but never a program the agent starts (their value is bound, or not, elsewhere)
+_NOT_PROGRAMS = frozenset({"HOME", "PWD", "OLDPWD", "TMPDIR", "CODEX_HOME", "SHELL"})
 
 
 def _shebang(path: str) -> list[str] | None:
