@@ -24,7 +24,7 @@ import httpx
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
-from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
+from runner_kit.http import finish_body, open_stream, read_bounded, read_json, shown_url, timeout_for
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.pending import Incomplete, PendingAction
@@ -225,8 +225,8 @@ class DifyAdapter(Adapter):
         elif name == "message_file":
             if data.get("belongs_to", "assistant") == "assistant" and data.get("url"):
                 url = data["url"]
-                if url.startswith("/"):
-                    url = urljoin(self.base + "/", url)
+                if url.startswith("/"):  # a link for the chat: never with the base URL's user:password@
+                    url = urljoin(shown_url(self.base) + "/", url)
                 kind = "image" if data.get("type") == "image" else "file"
                 out.append(ev.Attachment(url=url, kind=kind))
         elif name == "message_replace":

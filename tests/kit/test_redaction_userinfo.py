@@ -266,3 +266,25 @@ async def test_licos_logs_its_run_record_address_without_userinfo(caplog):
     record = [t for t in logged if "run record:" in t]
     assert record and f"run record: {srv.root_url}/" in record[0], logged
     assert PASSWORD not in dump(results) + caplog.text and "***@" not in record[0]
+
+
+async def test_dify_file_links_for_the_chat_carry_no_userinfo():
+    """Dify sends a tool's file as a path (``/files/…?sign=…``); the link joined for the chat must not
+    hand every member the base URL's password."""
+    from runners_cli.host import LocalHost
+    from runners_cli.plugins import find
+    from tests.fakes.dify import FakeDify
+
+    class RelativeFiles(FakeDify):
+        def url(self, path: str) -> str:  # as Dify without FILES_URL: a path, not an address
+            return path if path.startswith("/files/") else super().url(path)
+
+    host = LocalHost(runner_id=find("dify-agent").runner_id)
+    with RelativeFiles(api_key="app-userinfo-test-key") as srv:
+        srv.mode = "agent"
+        base = srv.base_url.replace("://", f"://alice:{PASSWORD}@")
+        results = await run(make_runner("dify-agent", host), host,
+                            config={"base-url": base, "api-key": "app-userinfo-test-key", "app-type": "agent"})
+    assert rtype(results[-1]) == "run.completed"
+    assert f"{srv.root_url}/files/abc.png" in dump(results)
+    assert PASSWORD not in dump(results) and "***@" not in dump(results)
