@@ -32,8 +32,10 @@ coding plugins require, else ``bwrap`` on PATH. Whether it works here is probed 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
+import signal
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +43,7 @@ from typing import Any
 
 from .errors import RunnerError
 from .logs import get_logger
-from .process import data_root
+from .process import data_root, descendants
 
 log = get_logger("runner_kit.sandbox")
 
@@ -296,6 +298,12 @@ async def _try(bwrap: str) -> str | None:
     try:
         _, err = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
     except TimeoutError:
+        # bwrap's child in the new namespaces waits on its parent to finish the setup; killed alone,
+        # the parent would leave it waiting for ever (re-parented to init), so it goes first
+        with contextlib.suppress(OSError):
+            for pid in descendants(proc.pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
         proc.kill()
         await proc.wait()
         return "bubblewrap did not start within 10 s"
