@@ -96,6 +96,8 @@ def bwrap_args(b: Boundary) -> list[str]:
         elif os.path.isdir(sys_path):
             args += ["--ro-bind", sys_path, sys_path]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    for target in _etc_link_targets():
+        args += ["--ro-bind", str(target), str(target)]
     for p in _outermost(b.read_only):
         if p.exists() and not _system(p):
             args += ["--ro-bind", str(p), str(p)]
@@ -104,6 +106,28 @@ def bwrap_args(b: Boundary) -> list[str]:
             args += ["--bind", str(p), str(p)]
     args += ["--chdir", str(b.workspace)]
     return args
+
+
+# /etc files every program needs for names, addresses and the time; on many hosts a link out of /etc
+# (systemd-resolved: resolv.conf -> /run/systemd/resolve/stub-resolv.conf), dangling in the sandbox
+_ETC_LINKS = ("resolv.conf", "hosts", "nsswitch.conf", "host.conf", "gai.conf", "localtime", "timezone")
+
+
+def _etc_link_targets(etc: str = "/etc") -> list[Path]:
+    """What those links in ``etc`` point to outside the system paths, to bind read-only: the target's
+    folder (a resolver replaces its file by renaming a new one into it), or the file alone where the
+    folder cannot be bound whole (``/run`` itself, a home)."""
+    out: list[Path] = []
+    for name in _ETC_LINKS:
+        link = os.path.join(etc, name)
+        if not os.path.islink(link):
+            continue
+        target = Path(os.path.realpath(link))
+        if not target.exists() or _system(target) or _inside_data(target):
+            continue
+        folder = target.parent
+        out.append(folder if _bindable(folder) else target)
+    return _outermost(out)
 
 
 def _system(path: Path) -> bool:
