@@ -39,6 +39,8 @@ def test_bench_quick_writes_every_section(tmp_path) -> None:
         assert r["agent_run_s"] > 0 and r["direct_loop_s"] > 0 and r["compacting_run_s"] > 0, r
     if not s["coding_agents"]["rows"]:
         assert s["coding_agents"]["status"] == "not applicable"
+    for r in s["coding_agents"]["rows"]:  # each turn with and without the sandbox (where bwrap works here)
+        assert "isolation" in r or r.get("isolation_measured") == "none", r
     assert {t["id"] for t in data["targets"]} >= {"ttft", "bytes-burst", "cpu-paced", "concurrency", "connections"}
     assert (tmp_path / "RESULTS.md").read_text(encoding="utf-8").startswith("# Benchmark results")
     assert (tmp_path / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -123,3 +125,31 @@ async def test_memory_sampler_counts_objects_per_run_at_the_peak() -> None:
     assert 49 <= out["types_per_run"]["Held"] <= 51
     assert out["objects_per_run"] >= 49 and out["blocks_per_run"] >= 49
     del held
+
+
+def test_coding_section_reports_the_sandbox_cost_side_by_side() -> None:
+    from bench.report import _isolation_part
+
+    def spread(m: float) -> dict[str, float]:
+        return {"median": m, "p95": m * 1.5}
+
+    iso = {
+        "rounds": 3,
+        "sandbox": {"new_process_turn_s": spread(0.36), "live_turn_s": spread(0.16), "resumed_run_s": spread(0.35)},
+        "none": {"new_process_turn_s": spread(0.30), "live_turn_s": spread(0.16), "resumed_run_s": spread(0.35)},
+        "ratio": {"new_process_turn_s": 1.2, "live_turn_s": 1.0, "resumed_run_s": 1.0},
+        "added_ms": {"new_process_turn_s": spread(60.0), "live_turn_s": spread(0.0), "resumed_run_s": spread(1.0)},
+    }
+    boundary = {"probe_first_ms": spread(11.0), "probe_cached_us": spread(2.0), "spawn_sandbox_ms": spread(12.0),
+                "spawn_direct_ms": spread(2.0), "spawn_added_ms": spread(10.0), "request_proxy_ms": spread(15.0),
+                "request_direct_ms": spread(10.0), "request_added_ms": spread(5.0)}
+    text = "\n".join(_isolation_part({"rows": [{"plugin": "claude-code-agent", "isolation": iso}],
+                                       "boundary": boundary}))
+    assert "| claude-code-agent | new-process turn | 360 (540) | 300 (450) | 1.20× | 60 (90) |" in text
+    assert "in 3 rounds that alternate which mode goes first" in text
+    assert "10.0 (15.0) ms added once per agent process" in text
+    assert "5.0 (7.5) ms added per model request (in both isolation modes)" in text
+    # where no sandbox can be built, the turns ran unconfined and the report says so
+    none_only = _isolation_part({"rows": [{"plugin": "codex-agent", "isolation_measured": "none"}],
+                                 "boundary": {"sandbox": "not available here: no bwrap"}})
+    assert "no sandbox can be built on this machine" in "\n".join(none_only)
