@@ -50,6 +50,8 @@ _STATUS_HINTS: dict[str, str] = {
 _STATUS_IN_TEXT = re.compile(r"\b(?:status(?: code)?:?|last status:)\s*(\d{3})\b", re.IGNORECASE)
 _RECONNECTING = re.compile(r"^\s*Reconnecting\.\.\.", re.IGNORECASE)
 _UNREACHABLE = ("error sending request", "connection refused", "dns error", "timed out", "connect error")
+# the 502 the agent's secret proxy (runner_kit.secret_proxy) answers when it cannot connect upstream
+_PROXY_UNREACHABLE = "could not reach "
 # what Codex says when the stream ended without response.completed (a cut or a stall upstream)
 _STREAM_CUT = ("stream disconnected", "stream closed before response.completed", "idle timeout waiting for sse")
 _SESSION_GONE = ("no rollout found", "thread not found", "invalid thread id", "invalid session id", "no thread with id")
@@ -99,6 +101,8 @@ def turn_error(error: Any) -> RunnerError:
         code, hint = "upstream.unavailable", "the model API cannot be reached; check base-url"
     else:
         code, hint = "upstream.error", ""
+    if status == 502 and _PROXY_UNREACHABLE in message:
+        hint = "the model API cannot be reached; check base-url"
     return platform_error(PLATFORM, code, hint, status, None, message or "the turn failed")
 
 

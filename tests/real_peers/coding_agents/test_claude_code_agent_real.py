@@ -123,12 +123,12 @@ async def test_interrupt_mode_stops_the_turn_with_claudes_interrupt(clis, api, h
         api.answer_tokens, api.token_delay = ["done."], 0.0
         host.queue_steering(ctx, "stop and do this")
 
-    start = time.monotonic()
     results = await collect(runner, host, ctx, follow_up)
-    assert time.monotonic() - start < 6.0, "the first turn did not run its 6 s"
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     shown = messages(results)
     assert len(shown) == 2 and shown[0].startswith("working") and shown[1] == "done.", shown
+    # counted, not timed (a loaded machine starts claude slowly): the first answer was cut short
+    assert shown[0].count("working") < 60, "the first turn streamed all of its 6 s"
     assert len(spawned) == 1, "the session went on in the same process"
 
 
@@ -139,7 +139,8 @@ async def test_upstream_errors(clis, api, host, scenario, code):
     results = await run(make_runner(PLUGIN, host), host, config=config(clis, api, scenario))
     got, _, message = failure(results)
     assert got == code, message
-    assert time.monotonic() - started < 10
+    assert len(api.model_requests()) == 1, "max-retries 0: claude did not retry"
+    assert time.monotonic() - started < 30, "not claude's own retries with back-off (minutes)"
     assert api.api_key not in message
 
 
