@@ -161,6 +161,8 @@ async def test_no_secret_reaches_a_tool(clis, api, key, mcp_tokens, agent):
     told = seen_by_model(api)
     assert "@@end" in told and "PATH=" in told, "the tool ran and its output went back to the model"
     assert mcp_tokens, "the run had a LangBot MCP bridge"
+    offered = json.dumps(api.model_requests()[0].body.get("tools"))
+    assert "langbot" in offered, "the agent reached the bridge with what it holds (a stand-in, via the proxy)"
     for secret in (key, *mcp_tokens):
         assert secret not in told, "a secret reached the tool (and the model)"
         assert secret not in seen_by_langbot(results)
