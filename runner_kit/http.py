@@ -9,6 +9,7 @@ import json
 import ssl
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
+from functools import lru_cache
 from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -37,6 +38,13 @@ def _no_cookies() -> CookieJar:
     return CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))
 
 
+@lru_cache(maxsize=1)
+def ssl_context() -> ssl.SSLContext:
+    """One verifying TLS context per process (SSL_CERT_FILE / SSL_CERT_DIR honoured, as httpx does):
+    loading the CA bundle costs 0.1-0.9 s, which a new client per event loop would pay each time."""
+    return httpx.create_ssl_context(trust_env=True)
+
+
 def shared_client() -> httpx.AsyncClient:
     """The process's shared AsyncClient for the running event loop (connections are reused).
 
@@ -51,7 +59,7 @@ def shared_client() -> httpx.AsyncClient:
     client = entry[1] if entry is not None and entry[0] is loop else None
     if client is None or client.is_closed:
         client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True, cookies=_no_cookies(),
-                                   auth=UserinfoAuth())
+                                   auth=UserinfoAuth(), verify=ssl_context())
         _clients[id(loop)] = (loop, client)
     return client
 

@@ -42,7 +42,6 @@ import ipaddress
 import os
 import re
 import socket
-import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,7 +52,7 @@ from urllib.parse import unquote
 import httpx
 
 from .errors import RunnerError
-from .http import _no_cookies, timeout_for, transport_error
+from .http import _no_cookies, ssl_context, timeout_for, transport_error
 from .logs import get_logger
 
 FETCH_ALLOW_ENV = "RUNNER_KIT_FETCH_ALLOW"
@@ -284,12 +283,6 @@ class Fetched:
     content_type: str
 
 
-@lru_cache(maxsize=1)
-def _ssl_context() -> ssl.SSLContext:
-    """One verifying context per process (SSL_CERT_FILE / SSL_CERT_DIR honoured)."""
-    return httpx.create_ssl_context(trust_env=True)
-
-
 async def fetch(
     url: str,
     *,
@@ -314,7 +307,7 @@ async def fetch(
     # one client per download, holding no idle connection: a connection made for one checked
     # address and TLS name is never reused for another host's request
     async with httpx.AsyncClient(
-        verify=_ssl_context(), trust_env=False, follow_redirects=False, cookies=_no_cookies(),
+        verify=ssl_context(), trust_env=False, follow_redirects=False, cookies=_no_cookies(),
         limits=httpx.Limits(max_connections=1, max_keepalive_connections=0),
     ) as client:
         for hop in range(MAX_REDIRECTS + 1):
