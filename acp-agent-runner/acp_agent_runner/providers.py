@@ -96,7 +96,10 @@ def _program(provider: str, cfg: Config) -> list[str]:
             return [find_executable(executable, executable)]
         raise RunnerError("config.invalid", "provider `custom` needs `command` (the agent's command line)")
     if executable:
-        return [find_executable(executable, preset.program), *preset.args]
+        found = find_executable(executable, preset.program)
+        if provider == "codex":  # an owner pointing at npm's wrapper gets the binary it would start
+            found = native_codex_acp(found) or found
+        return [found, *preset.args]
     found = shutil.which(preset.program)
     if found:
         if provider == "codex":
