@@ -43,7 +43,7 @@ from typing import Any
 
 from .errors import RunnerError
 from .logs import get_logger
-from .process import data_root, descendants
+from .process import AgentProcess, data_root, descendants
 
 log = get_logger("runner_kit.sandbox")
 
@@ -397,7 +397,15 @@ async def boundary(config: Any, *, agent: str, workspace: Path, home: Path, argv
     return Boundary(bwrap=bwrap, workspace=workspace, home=home, read_only=tuple(ro), writable=tuple(extra_rw))
 
 
+async def spawn_agent(argv: Sequence[str], *, config: Any, agent: str, name: str, workspace: Path, home: Path,
+                      env: Mapping[str, str], redact: Any, read_only: Iterable[Path] = ()) -> AgentProcess:
+    """Start a coding agent in its conversation session's boundary (:func:`boundary`), working in
+    ``workspace``: the one way the coding plugins start their agent."""
+    box = await boundary(config, agent=agent, workspace=workspace, home=home, argv=argv, env=env, read_only=read_only)
+    return await AgentProcess.spawn(argv, cwd=workspace, env=env, name=name, redact=redact, boundary=box)
+
+
 __all__ = [
     "BWRAP_ENV", "Boundary", "ISOLATION_KEY", "ISOLATION_VALUES", "NONE", "READ_ENV", "SANDBOX", "WRITE_ENV",
-    "boundary", "bwrap_args", "find_bwrap", "forget_probes", "install_root", "isolation", "program_paths", "probe",
+    "boundary", "bwrap_args", "spawn_agent", "find_bwrap", "forget_probes", "install_root", "isolation", "program_paths", "probe",
 ]

@@ -255,10 +255,9 @@ class ACPAdapter(Adapter):
                 self.env.redact.add(value)
         self.agent_name = os.path.basename(spec.argv[0]) or "ACP agent"
         env = child_env(extra, home=home)
-        box = await sandbox.boundary(cfg, agent=self.agent_name, workspace=self.workspace, home=home,
-                                     argv=spec.argv, env=env, read_only=mcp_stdio_paths())
-        self.proc = await AgentProcess.spawn(
-            spec.argv, cwd=self.workspace, env=env, name=self.agent_name, redact=self.env.redact, boundary=box,
+        self.proc = await sandbox.spawn_agent(
+            spec.argv, config=cfg, agent=self.agent_name, name=self.agent_name, workspace=self.workspace, home=home,
+            env=env, redact=self.env.redact, read_only=mcp_stdio_paths(),
         )
         assert self.proc.writer is not None
         client: Any = ACPClient(self)  # the library's Client protocol, structurally

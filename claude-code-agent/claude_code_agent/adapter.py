@@ -258,9 +258,8 @@ class ClaudeCodeAdapter(Adapter):
             self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
         env = self.child_environment(home, self._proxy)
         argv = await self.argv()
-        box = await sandbox.boundary(cfg, agent="Claude Code", workspace=self.workspace, home=home, argv=argv, env=env)
-        self.proc = await AgentProcess.spawn(argv, cwd=self.workspace, env=env, name="claude",
-                                             redact=self.env.redact, boundary=box)
+        self.proc = await sandbox.spawn_agent(argv, config=cfg, agent=const.PLATFORM, name="claude",
+                                              workspace=self.workspace, home=home, env=env, redact=self.env.redact)
         return self.proc
 
     # --- one turn ----------------------------------------------------------------------------

@@ -152,10 +152,9 @@ class CodexAdapter(Adapter):
         if path_dirs:
             env["PATH"] = os.pathsep.join([*path_dirs, env.get("PATH", os.defpath)])
         argv = [program, "app-server"]
-        box = await sandbox.boundary(cfg, agent="Codex", workspace=workspace, home=home, argv=argv, env=env,
-                                     read_only=[Path(d) for d in path_dirs])
-        self._proc = await AgentProcess.spawn(argv, cwd=workspace, env=env, name="codex app-server",
-                                              redact=self.env.redact, boundary=box)
+        self._proc = await sandbox.spawn_agent(argv, config=cfg, agent=const.PLATFORM, name="codex app-server",
+                                               workspace=workspace, home=home, env=env, redact=self.env.redact,
+                                               read_only=[Path(d) for d in path_dirs])
         self._peer = Peer(self._proc.send_json, self._proc.read_json, self._answer, name="codex app-server",
                           observe=self._observe)
         self._peer.start()
