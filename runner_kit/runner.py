@@ -91,7 +91,10 @@ class RunEnv:
         self.steering: Steering | None = None
         self.turn_actor = ap.actor_of(ctx)
         base = session_key_base or "runner"
-        self.memory = ap.Memory(base + ap.MEMORY_SUFFIX, (ctx.state.conversation or {}).get(base + ap.MEMORY_SUFFIX))
+        # what was allowed "for this session" is kept beside the session's own id: per person where
+        # each person has their own agent session, so one member's "always" never replaces another's
+        memory_key = (self.session.key or base) + ap.MEMORY_SUFFIX
+        self.memory = ap.Memory(memory_key, (ctx.state.conversation or {}).get(memory_key))
         self.pending_key = base + ap.PENDING_SUFFIX
         # the LangBot MCP bridges of the agent this run holds (runner_kit.agent_mcp): let go of
         # when the agent is parked, handed to the run that attaches to it
@@ -767,7 +770,12 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     a.resumed = True
     # the agent is this run's from here on, before it hears the answer (results() gives it): what
     # it asks goes to this run, and its LangBot tool calls go out under this run's id and grants
-    agent_mcp.hand_over(p.adapter.env, env)
+    held = p.adapter.env
+    agent_mcp.hand_over(held, env)
+    # the upstream session, and what is allowed for it, stay the asker's whoever answered (an
+    # approver's own session is another one): its id and "always" are stored under the asker's keys
+    env.session = held.session
+    env.memory = ap.Memory(held.memory.key, (ctx.state.conversation or {}).get(held.memory.key))
     p.adapter.env = env
     env.turn_actor = (p.gate.asker, p.gate.asker_name) if p.gate.asker else env.turn_actor
     return a
