@@ -26,6 +26,7 @@ agent is parked rather than the run kept open.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import uuid
@@ -42,6 +43,11 @@ DEFAULT_APPROVAL_TIMEOUT = 600.0
 PARK_GRACE = 5.0  # after a parked question timed out: how long the agent gets to take the denial
 MEMORY_SUFFIX = ".approvals"  # conversation state: {"session": <agent session>, "allow": [keys], "v": 2}
 MEMORY_VERSION = 2  # older values (scopes such as "shell:git", "edit") are not read: nothing is remembered
+# "allow for this session" keeps at most this many keys and this much JSON per agent session (LangBot
+# rejects a state value over 256 KiB, and every remembered key is checked on every request): past
+# either, the oldest approvals are forgotten first and asked again
+MEMORY_MAX_KEYS = 200
+MEMORY_MAX_BYTES = 64 * 1024
 PENDING_SUFFIX = ".pending-question"  # conversation state: the question a parked agent waits on
 
 MAX_CHOICES = 20  # a question with up to this many options is asked with one button an option
@@ -304,18 +310,22 @@ class Gate:
 
 class Memory:
     """What was allowed "for this session", per agent session (conversation state): scope keys of
-    :mod:`runner_kit.command_scope`. A request is allowed without asking only when each key it
-    asks for is covered (the same command, file or call; a simple command under a prefix rule).
-    A value stored by an older version, or a key this version does not know, allows nothing."""
+    :mod:`runner_kit.command_scope`, oldest approval first. A request is allowed without asking only
+    when each key it asks for is covered (the same command, file or call; a simple command under a
+    prefix rule). A value stored by an older version, or a key this version does not know, allows
+    nothing. At most :data:`MEMORY_MAX_KEYS` keys and :data:`MEMORY_MAX_BYTES` are kept: a long
+    conversation forgets its oldest approvals (they are asked again), never the newest."""
 
     def __init__(self, key: str, stored: Any):
         self.key = key
         self.session: str | None = None
-        self.scopes: set[str] = set()
+        self.scopes: dict[str, None] = {}  # an ordered set: oldest approval first
         if (isinstance(stored, dict) and stored.get("v") == MEMORY_VERSION
                 and isinstance(stored.get("allow"), list)):
             self.session = stored.get("session") if isinstance(stored.get("session"), str) else None
-            self.scopes = {s for s in stored["allow"] if isinstance(s, str) and cs.valid(s)}
+            kept = [s for s in stored["allow"][-MEMORY_MAX_KEYS:] if isinstance(s, str) and cs.valid(s)]
+            self.scopes = dict.fromkeys(kept)
+            self._trim()
 
     def allows(self, request: Question | str, session: str | None) -> bool:
         """Whether ``request`` (a question, or one key) is covered for ``session``."""
@@ -331,11 +341,28 @@ class Memory:
         if not keys or not all(cs.valid(k) for k in keys) or session is None:
             return None
         if session != self.session:
-            self.session, self.scopes = session, set()
+            self.session, self.scopes = session, {}
         if all(k in self.scopes for k in keys):
             return None
-        self.scopes.update(keys)
-        return {"session": session, "allow": sorted(self.scopes), "v": MEMORY_VERSION}
+        for k in keys:
+            self.scopes.pop(k, None)
+            self.scopes[k] = None  # the newest approval goes last
+        self._trim()
+        return self.value()
+
+    def value(self) -> dict[str, Any]:
+        """What is stored in conversation state."""
+        return {"session": self.session, "allow": list(self.scopes), "v": MEMORY_VERSION}
+
+    def _trim(self) -> None:
+        """Forget the oldest approvals until the stored value is within the bounds."""
+        while len(self.scopes) > MEMORY_MAX_KEYS:
+            del self.scopes[next(iter(self.scopes))]
+        size = len(json.dumps(self.value(), ensure_ascii=False).encode())
+        while self.scopes and size > MEMORY_MAX_BYTES:
+            oldest = next(iter(self.scopes))
+            del self.scopes[oldest]
+            size -= len(json.dumps(oldest, ensure_ascii=False).encode()) + 2  # the key and ", "
 
 
 # --- parked agents ------------------------------------------------------------------------------
