@@ -786,13 +786,18 @@ def _stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[st
     ``(what to say, whether this run ends there)``; None when there is none."""
     record = (ctx.state.conversation or {}).get(env.pending_key)
     submission = getattr(ctx.input, "interaction", None)
-    if not isinstance(record, dict):
+    if record is None:
         if submission is not None:
             return "(That question is no longer waiting: the agent was restarted or it expired. " \
                    "Send your request again.)", True
         return None
-    title = str(record.get("title") or "the agent's question")
-    expired = time.time() >= float(record.get("expires_at") or 0)
+    if not isinstance(record, dict):
+        record = {}  # stored in another shape (another version): still a question nobody can answer now
+    title = " ".join(str(record.get("title") or "the agent's question").split())[:300]
+    try:
+        expired = time.time() >= float(record.get("expires_at") or 0)
+    except (TypeError, ValueError, OverflowError):
+        expired = True
     why = "nobody answered in time" if expired else "the agent was restarted since"
     q = ap.Question(title=title, kind=str(record.get("kind") or "permission"), free_text=False)
     is_answer = submission is not None or ap.parse_answer(inp.text, q) is not None
