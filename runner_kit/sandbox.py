@@ -36,6 +36,7 @@ import contextlib
 import os
 import shutil
 import signal
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -289,7 +290,12 @@ def find_bwrap() -> str | None:
 
 
 _probed: dict[str, str | None] = {}  # bwrap path -> None (works) or why not; per process, not per run
-_probe_lock: asyncio.Lock | None = None
+# a probe that failed for a passing reason (it timed out on a loaded host, the fork failed) is not
+# the host's answer: it is given for PROBE_RETRY seconds, then bwrap is probed again, so one bad
+# moment does not leave every conversation without its agent until the plugin restarts
+PROBE_RETRY = 30.0
+_passing: dict[str, tuple[float, str]] = {}  # bwrap path -> (when it may be probed again, why not)
+_probe_lock: tuple[asyncio.AbstractEventLoop, asyncio.Lock] | None = None  # one probe at a time, per loop
 
 
 async def probe(bwrap: str | None) -> str | None:
@@ -299,17 +305,30 @@ async def probe(bwrap: str | None) -> str | None:
         return "bubblewrap (bwrap) is not installed"
     if bwrap in _probed:
         return _probed[bwrap]
-    if _probe_lock is None:
-        _probe_lock = asyncio.Lock()
-    async with _probe_lock:
-        if bwrap not in _probed:
-            _probed[bwrap] = await _try(bwrap)
-            if _probed[bwrap]:
-                log.warning("no sandbox for coding agents on this host: %s", _probed[bwrap])
-    return _probed[bwrap]
+    if (passing := _passing.get(bwrap)) is not None and time.monotonic() < passing[0]:
+        return passing[1]
+    loop = asyncio.get_running_loop()
+    if _probe_lock is None or _probe_lock[0] is not loop:
+        _probe_lock = (loop, asyncio.Lock())
+    async with _probe_lock[1]:
+        if bwrap in _probed:
+            return _probed[bwrap]
+        if (passing := _passing.get(bwrap)) is not None and time.monotonic() < passing[0]:
+            return passing[1]
+        why, lasting = await _try(bwrap)
+        if why is None or lasting:
+            _probed[bwrap] = why
+            _passing.pop(bwrap, None)
+        else:
+            _passing[bwrap] = (time.monotonic() + PROBE_RETRY, why)
+        if why:
+            log.warning("no sandbox for coding agents on this host%s: %s",
+                        "" if lasting else f" (probed again in {PROBE_RETRY:g} s)", why)
+    return why
 
 
-async def _try(bwrap: str) -> str | None:
+async def _try(bwrap: str) -> tuple[str | None, bool]:
+    """(None, True) when bwrap builds a sandbox; else (why not, whether that is the host's lasting answer)."""
     trial = Boundary(bwrap=bwrap, workspace=Path("/"), home=Path("/"))
     args = _strip_binds(bwrap_args(trial))  # the trial binds nothing writable
     try:
@@ -318,25 +337,31 @@ async def _try(bwrap: str) -> str | None:
             stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
         )
     except OSError as exc:
-        return f"{bwrap} cannot be started ({exc.strerror or exc})"
+        lasting = isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError))
+        return f"{bwrap} cannot be started ({exc.strerror or exc})", lasting
     try:
         _, err = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
-    except TimeoutError:
+    except BaseException as exc:  # the timeout, or the run was cancelled meanwhile
         # bwrap's child in the new namespaces waits on its parent to finish the setup; killed alone,
         # the parent would leave it waiting for ever (re-parented to init), so it goes first
         with contextlib.suppress(OSError):
             for pid in descendants(proc.pid):
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        if not isinstance(exc, TimeoutError):
+            raise
         await proc.wait()
-        return "bubblewrap did not start within 10 s"
+        return f"bubblewrap did not start within {PROBE_TIMEOUT:g} s", False
     if proc.returncode == 0:
-        return None
+        return None, True
+    if proc.returncode is not None and proc.returncode < 0:
+        return f"bubblewrap was killed by signal {-proc.returncode} while starting", False
     detail = err.decode("utf-8", "replace").strip().splitlines()
     return "bubblewrap cannot create a sandbox here" + (f" ({detail[-1][:200]})" if detail else "") + (
         ": user namespaces are unavailable (in Docker, the default seccomp profile forbids them)"
-        if any(w in " ".join(detail).lower() for w in ("namespace", "permission", "operation not permitted")) else "")
+        if any(w in " ".join(detail).lower() for w in ("namespace", "permission", "operation not permitted")) else ""), True
 
 
 def _strip_binds(args: list[str]) -> list[str]:
@@ -357,6 +382,7 @@ def _strip_binds(args: list[str]) -> list[str]:
 def forget_probes() -> None:
     """Probe again on the next run (tests)."""
     _probed.clear()
+    _passing.clear()
 
 
 # --- the run's decision ------------------------------------------------------------------------
