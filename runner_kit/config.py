@@ -100,7 +100,7 @@ class ConfigSchema:
     @classmethod
     def from_yaml(cls, path: str | Path) -> ConfigSchema:
         with open(path, encoding="utf-8") as f:
-            doc = yaml.safe_load(f)
+            doc = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loader
         return cls.from_items(doc.get("spec", {}).get("config") or [])
 
     def load(self, raw: Mapping[str, Any] | None, *, required: bool = True) -> Config:
