@@ -71,6 +71,25 @@ PLUGIN_TIMEOUT = 300.0
 _T0 = time.monotonic()
 
 
+def sandbox_grants(plugin: PluginInfo) -> dict[str, Any]:
+    """What an owner would add to a coding agent's config so the sandboxed agent can reach the test
+    files: LangBot starts plugin workers with an empty environment, so the test session's
+    ``LANGBOT_RUNNERS_SANDBOX_READ``/``_WRITE`` (tests/conftest.py) never reach the runner there;
+    the same paths go in through its ``sandbox-read-paths``/``sandbox-write-paths`` settings (the
+    scripted CLIs and the Python that runs them; the folder their logs and state files are in).
+    Nothing for a plugin whose form has no sandbox settings."""
+    names = {item.get("name") for item in plugin.config_items}
+    if "sandbox-read-paths" not in names:
+        return {}
+    from runner_kit import sandbox
+
+    def lines(env: str) -> str:
+        return "\n".join(p for p in os.environ.get(env, "").split(os.pathsep) if p)
+
+    return {"advanced-settings": True, "sandbox-read-paths": lines(sandbox.READ_ENV),
+            "sandbox-write-paths": lines(sandbox.WRITE_ENV)}
+
+
 def say(msg: str) -> None:
     print(f"[e2e {time.monotonic() - _T0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 

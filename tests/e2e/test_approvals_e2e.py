@@ -161,9 +161,10 @@ def model_api(tmp_path: Path) -> Iterator[Any]:
 
 def _ask_config(srv: Any, workspace: Path, **extra: Any) -> dict[str, Any]:
     from tests.contract.case_acp_agent_runner import config
+    from tests.e2e.harness import sandbox_grants
 
-    return {**config(srv), "workspace": str(workspace), "permission-mode": "ask", "timeout": 120,
-            "advanced-settings": True, **extra}
+    return {**config(srv), **sandbox_grants(ACP), "workspace": str(workspace), "permission-mode": "ask",
+            "timeout": 120, "advanced-settings": True, **extra}
 
 
 def test_a_typed_approval_in_the_websocket_chat_answers_the_running_agent(

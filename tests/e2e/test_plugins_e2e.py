@@ -35,6 +35,7 @@ from tests.e2e.harness import (
     frame_text,
     recorded_failure,
     run_inputs,
+    sandbox_grants,
     say,
     timing,
     wait_for,
@@ -121,7 +122,7 @@ def check(request: pytest.FixtureRequest, case: PluginCase, journey: Any) -> Non
 
 
 def _config(case: PluginCase, srv: Any, **extra: Any) -> dict[str, Any]:
-    return {**case.config(srv), **extra}
+    return {**case.config(srv), **sandbox_grants(find(case.plugin)), **extra}
 
 
 def _secrets(case: PluginCase, srv: Any) -> list[str]:
@@ -190,7 +191,7 @@ def test_wrong_key(case: PluginCase, server: Any, host: Host, check: None) -> No
         server.api_keys.add(case.key)
     wrong = "wrong-" + uuid.uuid4().hex
     # the key may sit inside a value ("Bearer <key>" in DeerFlow's auth-header)
-    cfg = {k: (v.replace(case.key, wrong) if isinstance(v, str) else v) for k, v in case.config(server).items()}
+    cfg = {k: (v.replace(case.key, wrong) if isinstance(v, str) else v) for k, v in _config(case, server).items()}
     assert cfg != case.config(server), f"{case.plugin}'s config does not carry its key"
     agent = host.create_agent(_name(case, "key"), cfg, find(case.plugin).runner_id)
     resp = host.debug(agent, "hello", f"e2e-{uuid.uuid4().hex[:8]}")
