@@ -8,11 +8,14 @@ one (:func:`covers`):
 - ``cmd:<command>`` — exactly this command. A *simple* command (see :func:`is_simple`) is written
   as its shell words as typed (quotes kept) joined by one space, so ``git  status`` and
   ``git status`` are the same key while ``rm '$HOME'`` and ``rm $HOME`` are not; any other command
-  is the exact string (outer whitespace stripped).
+  is the exact string (outer whitespace stripped). A command with a character that does not read as
+  itself (zero-width, direction controls, a non-plain space) or a program name that is not ASCII
+  is never simple: its button says "this exact command", never text that looks like another.
 - ``cmd-prefix:<words>`` — a prefix rule the agent itself proposed (Claude Code's
   ``Bash(git status:*)``, Codex's exec-policy amendment): covers a command whose words start with
   these words, and only a simple command. A compound or wrapped command (``git status; rm -f x``,
-  ``bash -c '…'``, ``sudo …``) is never covered by a rule, only by its own exact key.
+  ``bash -c '…'``, ``sudo …``, ``git -c core.pager=sh …``, ``tar --to-command=…``, ``awk '…'``)
+  is never covered by a rule, only by its own exact key.
 - ``edit:<path>``, ``delete:<path>`` — one file, its path resolved (symlinks too) inside the
   workspace and written relative to it; ``move:["<from>", "<to>"]`` — one move. A path that leads
   outside the workspace gets no key: it can be allowed once, never remembered.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +48,7 @@ WRAPPERS = frozenset({
     "timeout", "nice", "ionice", "renice", "chrt", "taskset", "stdbuf", "unbuffer", "command", "builtin",
     "time", "source", ".", "trap", "chroot", "unshare", "nsenter", "flock", "watch", "strace", "ltrace",
     "script", "parallel", "busybox", "fakeroot", "firejail", "bwrap", "systemd-run", "ssh", "xvfb-run",
-    "coproc", "caffeinate", "sg", "newgrp",
+    "coproc", "caffeinate", "sg", "newgrp", "ssh-agent", "sshpass", "dbus-run-session",
 })
 SHELLS = frozenset({"sh", "bash", "zsh", "dash", "ksh", "mksh", "ash", "fish", "csh", "tcsh", "rbash"})
 RESERVED = frozenset({"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case",
@@ -66,10 +70,22 @@ INTERPRETERS: dict[str, Any] = {
     "osascript": re.compile(r"^-[A-Za-z]*e[A-Za-z]*$"),
     "tclsh": re.compile(r"^-c$"),
 }
+_ANY = re.compile(r"^.")  # an awk program is its first argument: any argument may be one
+for _awk in ("awk", "gawk", "mawk", "nawk", "busybox-awk"):
+    INTERPRETERS[_awk] = _ANY
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
-# options that make a program run a command named in its arguments
+# options that make a program run a command named in its arguments (or, for git, set the config
+# that names one: ``git -c core.pager=sh``, ``-c alias.x=!sh``, ``-c core.sshCommand=…``)
 RUNS_COMMAND = {"find": FIND_EXEC, "fd": frozenset({"-x", "-X", "--exec", "--exec-batch"}),
-                "fdfind": frozenset({"-x", "-X", "--exec", "--exec-batch"}), "rg": frozenset({"--pre"})}
+                "fdfind": frozenset({"-x", "-X", "--exec", "--exec-batch"}), "rg": frozenset({"--pre"}),
+                "git": frozenset({"-c", "--config-env", "--exec-path", "--upload-pack", "--receive-pack",
+                                  "--open-files-in-pager", "-O", "--ext-diff"}),
+                "tar": frozenset({"--to-command", "--checkpoint-action", "--use-compress-program", "-I",
+                                  "--info-script", "--new-volume-script", "-F", "--rsh-command", "--rmt-command"}),
+                "rsync": frozenset({"-e", "--rsh", "--rsync-path"}),
+                "man": frozenset({"-P", "--pager", "-H", "--html"}),
+                "zip": frozenset({"-TT", "--unzip-command"}),
+                **dict.fromkeys(("vim", "vi", "nvim", "ex", "view"), frozenset({"-c", "--cmd", "-S"}))}
 # a program that, named anywhere among the arguments, is likely run by the one before it
 # (``uv run sudo …``, ``npx env …``); ``.``, ``time`` and ``command`` are too common as plain words
 INNER = frozenset({"sudo", "doas", "su", "env", "xargs", "eval", "exec", "nohup", "setsid", "timeout", "nice",
@@ -94,14 +110,23 @@ class Parsed:
     """A command line as words, and whether anything in it makes it more than one plain command."""
 
     words: tuple[Word, ...]
-    expands: bool  # $( … ), `…`, a comment, a newline or a control character somewhere
+    expands: bool  # $( … ), `…`, a comment, a newline, a control or an unseen character somewhere
+
+
+def _unseen(command: str) -> bool:
+    """Whether ``command`` holds a character a reader does not see as itself: zero-width and
+    direction controls (U+200B, U+202E …), a space other than the plain one (U+00A0, U+3000),
+    a line or paragraph separator. Shown in a button, the command would not read as what runs."""
+    return not command.isascii() and any(
+        unicodedata.category(c) in ("Cf", "Zl", "Zp", "Co", "Cn") or (c != " " and unicodedata.category(c) == "Zs")
+        for c in command)
 
 
 def parse(command: str) -> Parsed | None:
     """``command`` split into shell words and operators, quote-aware; None when it does not parse
     (an unterminated quote, a trailing backslash)."""
     words: list[Word] = []
-    expands = bool(_CONTROL.search(command)) or "\n" in command or "\r" in command
+    expands = bool(_CONTROL.search(command)) or "\n" in command or "\r" in command or _unseen(command)
     raw: list[str] = []
     value: list[str] = []
     in_word = False
@@ -193,6 +218,8 @@ def is_simple(command: str) -> bool:
     if _ASSIGNMENT.match(first.value) or any(ch in first.raw for ch in "$*?[]{}~"):
         return False
     name = os.path.basename(first.value)
+    if not first.value.isascii():
+        return False  # "gіt" (a Cyrillic і) would read as git on the button
     if name in WRAPPERS or name in RESERVED or name in SHELLS or not name:
         return False
     values = [w.value for w in parsed.words]

@@ -303,7 +303,7 @@ async def fetch(
         target = httpx.URL(url.strip())
     except (httpx.InvalidURL, UnicodeError, ValueError):
         raise RunnerError("input.unreadable", f"{label} has a link that is not a valid URL") from None
-    first = target.host
+    first = _host_name(target)
     # one client per download, holding no idle connection: a connection made for one checked
     # address and TLS name is never reused for another host's request
     async with httpx.AsyncClient(
@@ -325,7 +325,7 @@ async def fetch(
                 addresses = await checked_addresses(host, port, allow=allow, timeout=deadline - time.monotonic())
             except RunnerError as err:
                 if err.code == "input.refused":
-                    raise (refused(first, via=target.host) if hop else err) from None
+                    raise (refused(first, via=_host_name(target)) if hop else err) from None
                 raise RunnerError(err.code, f"could not download {label}: {err.message}") from None
             resp = await _send(client, target, host, addresses, label, deadline)
             try:
@@ -344,6 +344,15 @@ async def fetch(
             finally:
                 await resp.aclose()
     raise RunnerError("input.unreadable", f"could not download {label}: more than {MAX_REDIRECTS} redirects")
+
+
+def _host_name(url: httpx.URL) -> str:
+    """``url``'s host for a message: its Unicode form, or as written when that does not decode
+    (``xn--x-`` is no valid IDNA label, and httpx raises on reading it)."""
+    try:
+        return url.host
+    except (UnicodeError, ValueError):
+        return url.raw_host.decode("ascii", "replace")
 
 
 async def _send(client: httpx.AsyncClient, target: httpx.URL, host: str, addresses: Sequence[IPAddress],
@@ -366,6 +375,11 @@ async def _send(client: httpx.AsyncClient, target: httpx.URL, host: str, address
             last = exc  # the next checked address, if any
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             raise _unreadable(label, exc, host) from None
+        except (UnicodeError, ValueError):
+            # httpx reads a redirect's Location as it receives it: a host no valid IDNA label names
+            # (``xn--zz``) raised out of send, past every message
+            raise RunnerError("input.unreadable", f"could not download {label}: it redirects to an invalid "
+                                                  "address") from None
     if last is None:
         raise RunnerError("input.unreadable", f"could not download {label}: the run's time limit was reached")
     raise _unreadable(label, last, host)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -168,10 +169,21 @@ def private_home(platform: str, workspace: Path) -> Path:
 
 def safe_file_name(name: str | None, fallback: str = "attachment") -> str:
     """A chat attachment's name made safe to create in a directory: its last path part only, letters
-    (any script), digits and ``-_. `` kept, no leading dot, at most 100 characters."""
+    (any script), digits and ``-_. `` kept, no leading dot, at most 100 characters and
+    :data:`NAME_BYTES` bytes (a file system's limit is 255 bytes, and a Chinese character takes 3),
+    cut in its stem so that the extension stays."""
     base = str(name or "").replace("\\", "/").rsplit("/", 1)[-1]
     kept = "".join(c if c.isalnum() or c in "-_. " else "_" for c in base).strip().lstrip(".")
-    return kept[:100].strip() or fallback
+    stem, dot, ext = kept.rpartition(".")
+    if not dot or not stem or len(ext) > 16:
+        stem, ext = kept, ""
+    ext = "." + ext if ext else ""
+    while stem and (len(stem) + len(ext) > 100 or len((stem + ext).encode()) > NAME_BYTES):
+        stem = stem[:-1]
+    return (stem.strip() + ext if stem.strip() else kept[:16].strip()) or fallback
+
+
+NAME_BYTES = 200  # room left for the "999-" put before a name already taken
 
 
 def save_attachment(workspace: Path, subdir: str, name: str | None, data: bytes) -> Path:
@@ -185,18 +197,28 @@ def save_attachment(workspace: Path, subdir: str, name: str | None, data: bytes)
     stem = safe_file_name(name)
     try:
         folder.mkdir(exist_ok=True)
-        if folder.is_symlink() or not folder.is_dir() or folder.resolve().parent != root:
-            raise RunnerError("input.unreadable", f"{folder.name} in the workspace is not a plain folder; "
-                                                  "the attachment was not saved")
-        for n in range(1000):
-            candidate = folder / (stem if n == 0 else f"{n}-{stem}")
-            try:
-                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-            except FileExistsError:
-                continue
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            return candidate
+        try:
+            # held open, and never through a link: the agent may swap the folder for a link between
+            # a check and the write (a follow-up message is saved while its tools run)
+            dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise RunnerError("input.unreadable", f"{folder.name} in the workspace is not a plain folder; "
+                                                      "the attachment was not saved") from None
+            raise
+        try:
+            for n in range(1000):
+                candidate = stem if n == 0 else f"{n}-{stem}"
+                try:
+                    fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
+                                 dir_fd=dir_fd)
+                except FileExistsError:
+                    continue
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                return folder / candidate
+        finally:
+            os.close(dir_fd)
     except OSError as exc:
         raise RunnerError("input.unreadable",
                           f"could not save {stem} into the workspace ({exc.strerror or exc})") from None

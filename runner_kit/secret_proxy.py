@@ -6,11 +6,14 @@ never gets a secret. It gets a *stand-in*: a random value that means nothing any
 base URL on 127.0.0.1 that points here. This proxy forwards each request to the real upstream and
 puts the real secret where the stand-in was (any header value, the query string); the real value
 never enters the agent's sandbox, its files or its environment, so no tool call can print it and no
-tool result or log line can carry it.
+tool result or log line can carry it. Nor does an answer bring it in: an upstream that echoes the
+secret back (a header, an error body "invalid key sk-…") has it swapped for the stand-in on the way
+to the agent, and the agent cannot leave the route's path prefix (``..`` in any spelling is refused).
 
 A tool that finds the stand-in can still reach the model through this proxy while the agent runs
 (it has the agent's own access, nothing more); the proxy closes with the agent process, and the
-stand-in then opens nothing. Responses pass through unchanged (streams included, byte for byte).
+stand-in then opens nothing. Responses pass through as they come (streams included), compressed
+ones decoded so that no secret hides in them.
 
     async with SecretProxy.open(redact=env.redact) as proxy:
         base = proxy.route("https://api.anthropic.com")
@@ -24,7 +27,7 @@ import contextlib
 import secrets as _secrets
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httpx
 
@@ -38,6 +41,61 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 _TIMEOUT = httpx.Timeout(30.0, read=None)  # a model stream may be quiet for long; the run's deadline rules
 _HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
                   "trailers", "transfer-encoding", "upgrade", "host", "content-length"})
+_DECODED = frozenset({"gzip", "deflate", "identity", ""})  # what httpx decodes; asked of every upstream
+MIN_MASKED = 8  # a shorter "secret" is not one; swapping it in every answer would garble them
+
+
+class _Mask:
+    """Swaps each real secret for its stand-in in a stream of bytes, a secret split across chunks
+    included; holds back only a tail that could still be the start of one (an event's closing
+    newlines are never held)."""
+
+    def __init__(self, pairs: dict[str, str]):
+        self._pairs = [(r.encode(), s.encode()) for r, s in pairs.items() if len(r) >= MIN_MASKED]
+        self._held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        buf = self._held + chunk
+        for real, stand_in in self._pairs:
+            buf = buf.replace(real, stand_in)
+        keep = 0
+        for real, _ in self._pairs:
+            for k in range(min(len(real) - 1, len(buf)), keep, -1):
+                if buf.endswith(real[:k]):
+                    keep = k
+                    break
+        self._held = buf[len(buf) - keep:] if keep else b""
+        return buf[:len(buf) - keep] if keep else buf
+
+    def flush(self) -> bytes:
+        held, self._held = self._held, b""
+        return held
+
+    def text(self, value: str) -> str:
+        for real, stand_in in self._pairs:
+            value = value.replace(real.decode(), stand_in.decode())
+        return value
+
+
+def _forward_path(raw: str, rid: str) -> str | None:
+    """The path after ``/r/<rid>`` as the agent wrote it (percent-escapes kept, so ``%23`` or
+    ``%3F`` stay part of the path); None when a segment is ``.`` or ``..`` in any spelling
+    (``%2e%2e``, ``..%2f``, a backslash), which would leave the route's path prefix upstream."""
+    if raw.startswith(("http://", "https://")):  # an absolute-form request line
+        parts = urlsplit(raw)
+        raw = parts.path
+    path = raw.split("?", 1)[0].split("#", 1)[0]
+    head = f"/r/{rid}"
+    if not path.startswith(head):
+        return None
+    rest = path[len(head):]
+    if rest and not rest.startswith("/"):
+        return None
+    for seg in rest.split("/"):
+        plain = unquote(seg).replace("\\", "/")
+        if any(p in (".", "..") for p in plain.split("/")):
+            return None
+    return rest
 
 
 class SecretProxy:
@@ -129,11 +187,17 @@ class SecretProxy:
         client = self._client
         if upstream is None or client is None:
             return web.json_response({"error": {"type": "not_found", "message": "no such route"}}, status=404)
-        rest = request.match_info.get("rest", "")
-        url = upstream + ("/" + rest if rest else "")
+        rest = _forward_path(request.raw_path, request.match_info["rid"])
+        if rest is None:
+            return web.json_response({"error": {"type": "bad_path", "message": "this path leaves the route"}},
+                                     status=400)
+        url = upstream + rest
         if request.query_string:
             url += "?" + self._fill(request.query_string)
-        headers = [(k, self._fill(v)) for k, v in request.headers.items() if k.lower() not in _HOP]
+        headers = [(k, self._fill(v)) for k, v in request.headers.items()
+                   if k.lower() not in _HOP and k.lower() != "accept-encoding"]
+        headers.append(("accept-encoding", "gzip, deflate"))  # what can be decoded and searched
+        mask = _Mask(self._by_secret)
         body = await request.read()
         task = asyncio.current_task()
         if task is not None:
@@ -149,14 +213,20 @@ class SecretProxy:
                 {"error": {"type": "proxy_error", "message": f"could not reach {host} ({type(exc).__name__})"}},
                 status=502)
         try:
-            out = web.StreamResponse(status=resp.status_code, reason=resp.reason_phrase or None)
+            codings = {c.strip().lower() for c in resp.headers.get("content-encoding", "").split(",")}
+            decode = codings <= _DECODED  # else passed on as it came: nothing here can read it
+            out = web.StreamResponse(status=resp.status_code, reason=mask.text(resp.reason_phrase or "") or None)
             for k, v in resp.headers.multi_items():
-                if k.lower() not in _HOP:
-                    out.headers.add(k, v)
+                if k.lower() not in _HOP and not (decode and k.lower() == "content-encoding"):
+                    out.headers.add(k, mask.text(v))
             await out.prepare(request)
             if request.method != "HEAD":
-                async for chunk in resp.aiter_raw():
-                    await out.write(chunk)
+                async for chunk in (resp.aiter_bytes() if decode else resp.aiter_raw()):
+                    data = mask.feed(chunk) if decode else chunk
+                    if data:
+                        await out.write(data)
+                if tail := mask.flush():
+                    await out.write(tail)
             await out.write_eof()
             return out
         except (httpx.HTTPError, ConnectionError) as exc:
