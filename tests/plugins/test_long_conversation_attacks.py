@@ -212,8 +212,10 @@ async def test_a_long_tool_loop_and_a_follow_up_go_through_the_proxy(plugin, api
     assert len(fds) == 2 * rounds, "every tool call of both loops completed"
     assert len(api.model_requests()) == 2 * (rounds + 1), "every model request went through"
     assert keys_sent(api) == {key}, "each with the real key, from the proxy"
-    # each stream is closed when it ends: the connections are reused, never one more per request
-    assert max(upstream) <= 3, upstream
+    # each stream is closed when it ends: the connections are reused, never one more per request (a
+    # leak would leave one per model call, 60 here; on a loaded machine a request may start before
+    # the last stream's connection is back in the pool, so a few are open at once)
+    assert max(upstream) <= 5, upstream
     assert max(fds) - min(fds) <= 4, fds
 
 
@@ -395,6 +397,10 @@ async def test_a_probe_cancelled_with_its_run_leaves_no_bwrap(tmp_path, monkeypa
     with pytest.raises(asyncio.CancelledError):
         await task
     child = int(pids.read_text())
+    for _ in range(200):  # SIGKILL was sent; on a loaded machine the process takes a moment to go
+        if not alive(child):
+            break
+        await asyncio.sleep(0.01)
     assert not alive(child), "the probe's bwrap was left waiting"
     # the cancelled probe decided nothing: the next run probes again
     assert str(stuck) not in sandbox._probed
