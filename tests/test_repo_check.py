@@ -353,12 +353,97 @@ def test_violation_finder_catches_the_patterns(tmp_path: Path) -> None:
     assert len(_violations(probe)) == 3, _violations(probe)
 
 
+# --- the suites every plugin belongs to (``runners new`` scaffolds the files; these name what is missing)
+
+
+def _pkg(dirname: str) -> str:
+    return dirname.replace("-", "_")
+
+
 def test_every_plugin_is_in_the_contract_suite() -> None:
-    from pathlib import Path
+    from tests.contract.cases import CASES
 
-    from runners_cli.plugins import discover
-    from tests.contract.cases import CASES, PLUGIN_CASE_MODULES
+    have = {c.plugin for c in CASES}
+    missing = [f"tests/contract/case_{_pkg(p)}.py (for {p})" for p in IDS if p not in have]
+    assert missing == [], "write the contract case (runners new scaffolds one): " + ", ".join(missing)
+    assert have <= set(IDS), f"contract cases for plugins that do not exist: {sorted(have - set(IDS))}"
 
-    modules = {p.stem for p in (Path(__file__).parent / "contract").glob("case_*.py")}
-    assert modules == set(PLUGIN_CASE_MODULES.values()), "list each case module in PLUGIN_CASE_MODULES"
-    assert {c.plugin for c in CASES} == {p.dirname for p in discover()}
+
+def test_every_plugin_has_a_benchmark_entry() -> None:
+    from bench.registry import CODING_AGENTS, HTTP_PLUGINS, IN_PROCESS_AGENTS
+
+    have = {e.plugin for e in [*HTTP_PLUGINS, *CODING_AGENTS, *IN_PROCESS_AGENTS]}
+    missing = [f"bench/entries/{_pkg(p)}.py (for {p})" for p in IDS if p not in have]
+    assert missing == [], "write the benchmark entry (runners new scaffolds one): " + ", ".join(missing)
+    assert have <= set(IDS), f"benchmark entries for plugins that do not exist: {sorted(have - set(IDS))}"
+
+
+def test_every_plugin_has_its_own_tests() -> None:
+    texts = [p.read_text(encoding="utf-8") for p in (ROOT / "tests" / "plugins").glob("test_*.py")]
+    missing = [f"tests/plugins/test_{_pkg(p)}.py (for {p})" for p in IDS
+               if not any(f'"{p}"' in text for text in texts)]
+    assert missing == [], "no test module in tests/plugins names these plugins; write: " + ", ".join(missing)
+
+
+E2E_PLUGINS = ROOT / "tests" / "e2e" / "test_plugins_e2e.py"
+
+
+def _module_constant(path: Path, name: str) -> object:
+    """A literal assigned at the top of ``path`` (read, not imported: importing the e2e suite starts
+    its harness imports)."""
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path.relative_to(ROOT)} no longer assigns {name}")
+
+
+def test_every_plugin_is_in_the_e2e_list() -> None:
+    # the e2e suite runs every contract case without prepare_host (LocalAgent has its own module) and
+    # writes the list out so a case that goes missing fails there; it must not miss a new plugin
+    from tests.contract.cases import CASES
+
+    expected = _module_constant(E2E_PLUGINS, "EXPECTED")
+    usage = _module_constant(E2E_PLUGINS, "USAGE")
+    assert isinstance(expected, list) and isinstance(usage, set)
+    want = {c.plugin for c in CASES if c.prepare_host is None}
+    where = E2E_PLUGINS.relative_to(ROOT)
+    assert not want - set(expected), f"{where}: add {sorted(want - set(expected))} to EXPECTED"
+    assert not set(expected) - want, f"{where}: EXPECTED names plugins without a contract case: " \
+        f"{sorted(set(expected) - want)}"
+    assert expected == sorted(expected), f"{where}: keep EXPECTED sorted (the suite compares it sorted)"
+    assert usage <= set(expected), f"{where}: USAGE names plugins not in EXPECTED: {sorted(usage - set(expected))}"
+
+
+# plugin directory -> its suite against a real server (tests/real_peers/, run with the slow suites),
+# or "none: <why no real server runs on this kind of machine>"
+REAL_PEERS: dict[str, str] = {
+    "acp-agent-runner": "tests/real_peers/coding_agents/test_acp_agent_runner_real.py",
+    "claude-code-agent": "tests/real_peers/coding_agents/test_claude_code_agent_real.py",
+    "codex-agent": "tests/real_peers/coding_agents/test_codex_agent_real.py",
+    "deerflow-agent": "tests/real_peers/test_langgraph_real.py",
+    "langflow-agent": "tests/real_peers/test_langflow_real.py",
+    "licos-agent": "tests/real_peers/test_licos_real.py",
+    "n8n-agent": "tests/real_peers/test_n8n_real.py",
+    "coze-agent": "none: a hosted service; no server of it was found to run here (real-http-peers.md)",
+    "dashscope-agent": "none: Alibaba Cloud Bailian is hosted only",
+    "tbox-agent": "none: Ant Group Tbox is hosted only",
+    "weknora-agent": "none: no server of it was found to run here (real-http-peers.md)",
+    "dify-agent": "none yet: no registry ships the Dify server; real-dify.md tells how to run one from source",
+    "local-agent": "none: its upstream is LangBot's own models (tests/e2e/test_local_agent_e2e.py runs it "
+                   "in the real LangBot)",
+}
+
+
+def test_every_plugin_has_a_real_peer_row() -> None:
+    missing = [p for p in IDS if p not in REAL_PEERS]
+    assert missing == [], (
+        f"tests/test_repo_check.py: add a REAL_PEERS row for {', '.join(missing)}: its suite under "
+        "tests/real_peers/ where a real server runs on this machine, or 'none: <why>'"
+    )
+    stale = sorted(set(REAL_PEERS) - set(IDS))
+    assert stale == [], f"tests/test_repo_check.py: REAL_PEERS rows for plugins that do not exist: {stale}"
+    bad = [f"{p}: {v}" for p, v in REAL_PEERS.items()
+           if not (v.startswith(("none: ", "none yet: ")) and len(v.split(":", 1)[1].strip()) > 10)
+           and not (v.startswith("tests/real_peers/") and (ROOT / v).is_file())]
+    assert bad == [], "REAL_PEERS rows that are neither an existing tests/real_peers/ file nor 'none: <why>':\n" \
+        + "\n".join(bad)
