@@ -4,10 +4,30 @@ import sys
 import pytest
 
 
-def pytest_collection_modifyitems(config, items):
-    # opt in with RUN_SLOW=1, or by naming a slow suite's marker (`pytest -m langbot`, `-m real_peers`)
+def _slow_selected(config) -> bool:
     markexpr = config.option.markexpr or ""
-    if os.environ.get("RUN_SLOW") == "1" or any(m in markexpr for m in ("slow", "langbot", "real_peers")):
+    return os.environ.get("RUN_SLOW") == "1" or any(m in markexpr for m in ("slow", "langbot", "real_peers"))
+
+
+def pytest_xdist_auto_num_workers(config):
+    """How many test processes ``-n auto`` (pyproject's addopts) starts. Most tests wait on loopback
+    servers and agent processes rather than compute, so a two-core machine runs four well. None for
+    the slow suites (one real LangBot host, real servers and CLIs shared by a whole session), nor for
+    a run of single tests (``file::test``): starting workers would take longer than the tests.
+    ``RUNNERS_TEST_WORKERS`` sets the number (0: one process, as without xdist)."""
+    if (n := os.environ.get("RUNNERS_TEST_WORKERS", "").strip()).isdigit():
+        return int(n)
+    if _slow_selected(config) or (config.args and all("::" in a for a in config.args)):
+        return 0
+    return min(8, 2 * (os.cpu_count() or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    # the minutes-long tests first: with parallel workers (pytest-xdist) one of them starting last
+    # would leave the others idle while it runs alone
+    items.sort(key=lambda item: "first" not in item.keywords)
+    # opt in with RUN_SLOW=1, or by naming a slow suite's marker (`pytest -m langbot`, `-m real_peers`)
+    if _slow_selected(config):
         return
     skip = pytest.mark.skip(reason="slow suite: set RUN_SLOW=1 (or select it: -m langbot, -m real_peers) to run")
     for item in items:

@@ -11,6 +11,7 @@ import pytest
 from runners_cli.plugins import ROOT, discover
 
 
+@pytest.mark.first  # about 4 minutes: started first, while the other workers run the rest
 @pytest.mark.timeout(600)  # about 20 s per plugin on two cores
 def test_bench_quick_writes_every_section(tmp_path) -> None:
     proc = subprocess.run(

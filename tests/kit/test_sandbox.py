@@ -15,7 +15,12 @@ from runner_kit import sandbox
 from runner_kit.errors import RunnerError
 from runner_kit.process import TAG_ENV, AgentProcess, alive, child_env, data_root
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
+pytestmark = [
+    pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only"),
+    # the background-process tests look for their `sleep 30x` among all the host's processes: they
+    # run in one test process (pytest-xdist), one after the other
+    pytest.mark.xdist_group("host-sleeps"),
+]
 
 
 @pytest.fixture
