@@ -32,7 +32,10 @@ def _log(msg: str) -> None:
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("--quick", action="store_true", help="smaller sizes (about a minute)")
+    ap.add_argument("--quick", action="store_true", help="smaller sizes (about four minutes)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="the smallest sizes that run every path once, to check the benchmarks work "
+                         "(the test suite's; figures meaningless)")
     ap.add_argument("--out", help="directory for RESULTS.md, results.json, results.png")
     ap.add_argument("--plugins", help="comma-separated plugin directory names (default: every entry)")
     ap.add_argument("--only", help=f"comma-separated sections to run: {', '.join(SECTIONS)}")
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(
         x for x in (no_proxy, "127.0.0.1", "localhost") if x
     )
-    p = Params.quick_run() if args.quick else Params()
+    p = Params.smoke_run() if args.smoke else Params.quick_run() if args.quick else Params()
     if args.ttft_tokens:
         p.ttft_tokens = args.ttft_tokens
     if args.ttft_delay is not None:
@@ -64,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = only - set(SECTIONS)
     if unknown:
         raise SystemExit(f"unknown section(s): {', '.join(sorted(unknown))}")
-    out = Path(args.out) if args.out else (Path(tempfile.mkdtemp(prefix="bench-")) if args.quick else HERE)
+    out = Path(args.out) if args.out else (Path(tempfile.mkdtemp(prefix="bench-")) if args.quick or args.smoke else HERE)
     out.mkdir(parents=True, exist_ok=True)
 
     entries = HTTP_PLUGINS
@@ -109,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         _log("7. in-process agent loops")
         s["in_process_agents"] = sections.run_section(sections.in_process_agents(p))
 
-    cmd = "uv run python -m bench" + (" --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
+    cmd = "uv run python -m bench" + (" --smoke" if args.smoke else " --quick" if args.quick else "") + (f" --only {args.only}" if args.only else "")
     data: dict[str, Any] = {
         "meta": {
             "command": cmd,

@@ -70,3 +70,29 @@ class Params:
             local_rounds=2,
             local_reps=2,
         )
+
+    @classmethod
+    def smoke_run(cls) -> Params:
+        """The least that still runs every section's every path once (the test suite's check that
+        the benchmarks work); its figures mean nothing."""
+        return cls(
+            quick=True,
+            ttft_runs=3,
+            ttft_tokens=5,
+            traffic_sizes=(100, 4000),  # the bytes target is read at 4,000 tokens
+            paced_sizes=(20,),
+            paced_delay=0.005,
+            sweep_rates=(0.0, 50.0),
+            cpu_rounds=1,
+            split_runs=3,
+            cpu_patterns=[CpuPattern("paced", 30, 0.001, 1), CpuPattern("burst", 100, 0.0, 1)],
+            conc_ns=(10,),
+            conc_tokens=5,
+            conc_delay=0.02,
+            conn_runs=10,
+            coding_rounds=1,
+            coding_warmup=False,
+            boundary_reps=2,
+            local_rounds=2,
+            local_reps=1,
+        )

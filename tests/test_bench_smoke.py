@@ -1,4 +1,4 @@
-"""``python -m bench --quick`` runs, and its JSON has every section and a row for every landed plugin."""
+"""``python -m bench --smoke`` (every path of every section once, at the smallest sizes) runs, and its JSON has every section and a row for every landed plugin."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import pytest
 from runners_cli.plugins import ROOT, discover
 
 
-@pytest.mark.first  # about 4 minutes: started first, while the other workers run the rest
-@pytest.mark.timeout(600)  # about 20 s per plugin on two cores
+@pytest.mark.first  # about 2 minutes: started first, while the other workers run the rest
+@pytest.mark.timeout(600)  # about 8 s per plugin on two cores
 def test_bench_quick_writes_every_section(tmp_path) -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--quick", "--no-profile", "--out", str(tmp_path)],
+        [sys.executable, "-m", "bench", "--smoke", "--no-profile", "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=540, cwd=str(ROOT),
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
