@@ -327,29 +327,39 @@ async def probe(bwrap: str | None) -> str | None:
     return why
 
 
+def _kill_probe(proc: asyncio.subprocess.Process) -> None:
+    """bwrap's child in the new namespaces waits on its parent to finish the setup; killed alone,
+    the parent would leave it waiting for ever (re-parented to init), so it goes first."""
+    with contextlib.suppress(OSError):
+        for pid in descendants(proc.pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+
+
 async def _try(bwrap: str) -> tuple[str | None, bool]:
     """(None, True) when bwrap builds a sandbox; else (why not, whether that is the host's lasting answer)."""
     trial = Boundary(bwrap=bwrap, workspace=Path("/"), home=Path("/"))
     args = _strip_binds(bwrap_args(trial))  # the trial binds nothing writable
+    start = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        bwrap, *args, "--", "/bin/sh", "-c", "exit 0",
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    ))
     try:
-        proc = await asyncio.create_subprocess_exec(
-            bwrap, *args, "--", "/bin/sh", "-c", "exit 0",
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await asyncio.shield(start)
     except OSError as exc:
         lasting = isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError))
         return f"{bwrap} cannot be started ({exc.strerror or exc})", lasting
+    except asyncio.CancelledError:
+        # cancelled while the process was being set up: it may be running already
+        with contextlib.suppress(BaseException):
+            _kill_probe(await start)
+        raise
     try:
         _, err = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)
     except BaseException as exc:  # the timeout, or the run was cancelled meanwhile
-        # bwrap's child in the new namespaces waits on its parent to finish the setup; killed alone,
-        # the parent would leave it waiting for ever (re-parented to init), so it goes first
-        with contextlib.suppress(OSError):
-            for pid in descendants(proc.pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
+        _kill_probe(proc)
         if not isinstance(exc, TimeoutError):
             raise
         await proc.wait()

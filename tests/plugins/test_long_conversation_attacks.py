@@ -369,7 +369,7 @@ def slow_then_fine_bwrap(tmp_path, monkeypatch):
     sandbox.forget_probes()
 
 
-async def test_a_probe_that_timed_out_is_tried_again(api, key, slow_then_fine_bwrap):
+async def test_a_probe_that_timed_out_is_tried_again(api, key, slow_then_fine_bwrap, monkeypatch):
     host = new_host("claude-code-agent")
     runner = make_runner("claude-code-agent", host)
     cfg = agent_config("claude-code-agent", api, key)
@@ -377,6 +377,7 @@ async def test_a_probe_that_timed_out_is_tried_again(api, key, slow_then_fine_bw
     code, _, message = failure(out)
     assert code == "process.no_sandbox" and "did not start" in message
     slow_then_fine_bwrap.unlink()  # the load is gone
+    monkeypatch.setattr(sandbox, "PROBE_TIMEOUT", 10.0)  # (this machine's may not be: no 0.3 s race)
     await asyncio.sleep(sandbox.PROBE_RETRY)
     out = await run(runner, host, "and again", config=cfg)
     assert rtype(terminal(out)) == "run.completed" and messages(out) == [HELLO], dump(out)[-2000:]
@@ -409,3 +410,36 @@ async def test_a_probe_cancelled_with_its_run_leaves_no_bwrap(tmp_path, monkeypa
 
 if sys.platform != "linux":  # pragma: no cover
     pytestmark = [pytestmark, pytest.mark.skip(reason="the sandbox is Linux only")]
+
+
+async def test_a_probe_cancelled_while_its_bwrap_is_being_set_up_leaves_no_bwrap(tmp_path, monkeypatch):
+    """On a loaded machine the run may be cancelled after bwrap was forked but before asyncio has
+    handed back its process: that bwrap is killed too, not left waiting."""
+    pids = tmp_path / "child.pid"
+    stuck = tmp_path / "bwrap"
+    stuck.write_text(f"#!/bin/sh\nsleep 3600 & echo $! > {pids}\nwait\n")
+    stuck.chmod(0o755)
+    real_exec = asyncio.create_subprocess_exec
+
+    async def slow_setup(*args: Any, **kwargs: Any) -> Any:
+        proc = await real_exec(*args, **kwargs)
+        await asyncio.sleep(0.5)  # the pipes are still being connected when the cancel comes
+        return proc
+
+    monkeypatch.setattr(sandbox.asyncio, "create_subprocess_exec", slow_setup)
+    sandbox.forget_probes()
+    task = asyncio.ensure_future(sandbox.probe(str(stuck)))
+    for _ in range(200):
+        if pids.exists() and pids.read_text().strip():
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    child = int(pids.read_text())
+    for _ in range(200):
+        if not alive(child):
+            break
+        await asyncio.sleep(0.01)
+    assert not alive(child), "the bwrap being set up was left running"
+    assert str(stuck) not in sandbox._probed
