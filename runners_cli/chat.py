@@ -511,7 +511,10 @@ async def _lines_in_background(stdin: TextIO) -> asyncio.Queue[str]:
                 line = stdin.readline()
             except (OSError, ValueError):
                 line = ""
-            loop.call_soon_threadsafe(lines.put_nowait, line)
+            try:
+                loop.call_soon_threadsafe(lines.put_nowait, line)
+            except RuntimeError:  # the chat ended (its loop closed) while this line was being typed
+                return
             if not line:
                 return
 

@@ -401,3 +401,31 @@ def test_chat_local_agent_compacts_a_long_conversation(local_llm, tmp_path: Path
     first = summarised[0]
     assert sizes[first] < max(sizes[:first])  # older turns were replaced by the summary
     assert proc.stdout.count("Noted.") == 8  # every turn was still answered
+
+
+def test_a_line_typed_after_the_chat_ended_is_dropped_quietly():
+    """The stdin reader thread may get a line after the chat's event loop has closed (a person
+    types while the process ends): it stops reading instead of dying with 'Event loop is closed'."""
+    import asyncio
+    import threading
+
+    from runners_cli import chat
+
+    r, w = os.pipe()
+    errors: list[BaseException | None] = []
+    old = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    try:
+        with os.fdopen(r, "r") as stdin:
+            before = set(threading.enumerate())
+            loop = asyncio.new_event_loop()
+            loop.run_until_complete(chat._lines_in_background(stdin))
+            (reader,) = [t for t in set(threading.enumerate()) - before if t.name == "runners-chat-stdin"]
+            loop.close()
+            os.write(w, b"typed too late\n")
+            reader.join(2)
+            assert not reader.is_alive(), "the reader stopped"
+    finally:
+        threading.excepthook = old
+        os.close(w)
+    assert errors == []
