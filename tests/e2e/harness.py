@@ -43,6 +43,7 @@ import pytest
 
 from runners_cli.build import build_plugin
 from runners_cli.plugins import PluginInfo
+from tests.helpers import shared_dir
 from tests.real_peers.peers import wait_reporting
 
 LANGBOT_VERSION = "4.11.2"
@@ -968,7 +969,7 @@ def run_inputs(host: Host, run_id: str) -> Any:
 
 # --- a fake Lark Open API (../shared/recipes/fake_lark.py) for a lark-omni bot ---------------------
 
-LARK_RECIPE = Path(__file__).resolve().parents[3] / "shared" / "recipes" / "fake_lark.py"
+LARK_RECIPE = shared_dir() / "recipes" / "fake_lark.py"  # $RUNNERS_SHARED_DIR, or shared/ beside the repository
 
 
 class FakeLark:
