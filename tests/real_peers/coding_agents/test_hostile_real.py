@@ -222,8 +222,10 @@ async def test_nothing_the_tool_starts_outlives_the_run(clis, api, key, agent):
                f"env -i /usr/bin/setsid -f /bin/sleep {tag}.3; sleep 0.2; "
                f"echo running=$(ps -eo args | grep -cE '^(/bin/)?sleep {tag}')")
     try:
-        results = await attack(clis, api, key, agent, command)
-        assert "running=3" in tool_outputs(results), "the tool's three sleeps were running when it ended"
+        await attack(clis, api, key, agent, command)
+        # what the tool printed, as the model got it back: for this command codex-acp 0.16.0 was seen
+        # to end the turn without a completion for the tool call, so LangBot may be shown none
+        assert "running=3" in seen_by_model(api), "the tool's three sleeps were running when it ended"
         assert not await gone(tag), "a sleep the tool started outlived the run"
     finally:
         for pid in sleeps(tag):  # never leave them on the host, whatever failed
