@@ -273,7 +273,10 @@ class FakeLangflow(PlatformFake):
         if missing and not s.fail:
             s.fail, s.fail_text = "Chat Input", f"File not found: {missing[0]}"
         memory = list(self.sessions.get(session, []))
-        self.sessions.setdefault(session, []).append(("User", run.input_value))
+        # this run's turns: a forget_conversations() while the answer is still being finished (the
+        # client has it already) drops them with the rest instead of failing the handler
+        turns = self.sessions.setdefault(session, [])
+        turns.append(("User", run.input_value))
         if s.echo_memory:
             s.tokens = [f"I remember {len(memory) // 2} earlier turns."]
         answer = "".join(s.tokens)
@@ -286,7 +289,7 @@ class FakeLangflow(PlatformFake):
         except _Aborted:
             return
         if ctx.completed:
-            self.sessions[session].append(("Machine", answer))
+            turns.append(("Machine", answer))
 
     async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
         ctype, doc = _FAULT_BODIES[status]
