@@ -559,7 +559,8 @@ def _steps(f: dict[str, str]) -> list[str]:
         f"tests/fakes/{fake}.py: write the loopback fake {platform} (a PlatformFake), and its self-test "
         f"in tests/fakes_selftest/test_fake_{fake}.py",
         f"tests/contract/case_{pkg}.py: give the PluginCase the hooks the platform supports "
-        "(faults, stall, think, seen, second_bot, ...)",
+        f'(faults, stall, think, seen, second_bot, ...), and list it in tests/contract/cases.py '
+        f'(PLUGIN_CASE_MODULES: "{d}": "case_{pkg}")',
         f"tests/plugins/test_{pkg}.py: the plugin's own tests (request shape, conversations, errors, config)",
         f"bench/entries/{pkg}.py: the benchmark entry (the floor request, how a token looks on the wire)",
         f'tests/e2e/test_plugins_e2e.py: add "{d}" to EXPECTED, and to USAGE if {platform} reports '

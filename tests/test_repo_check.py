@@ -369,6 +369,15 @@ def test_every_plugin_is_in_the_contract_suite() -> None:
     assert have <= set(IDS), f"contract cases for plugins that do not exist: {sorted(have - set(IDS))}"
 
 
+def test_every_contract_case_module_is_listed() -> None:
+    """A case module on disk that PLUGIN_CASE_MODULES does not name would never run."""
+    from tests.contract.cases import PLUGIN_CASE_MODULES
+
+    on_disk = {p.stem for p in (ROOT / "tests" / "contract").glob("case_*.py")}
+    unlisted = sorted(on_disk - set(PLUGIN_CASE_MODULES.values()))
+    assert unlisted == [], f"add these to PLUGIN_CASE_MODULES in tests/contract/cases.py: {unlisted}"
+
+
 def test_every_plugin_has_a_benchmark_entry() -> None:
     from bench.registry import CODING_AGENTS, HTTP_PLUGINS, IN_PROCESS_AGENTS
 

@@ -171,7 +171,8 @@ def test_runners_new_prints_the_numbered_steps_naming_each_file(tmp_path, capsys
         assert (tmp_path / rel).is_file() or rel in ("tests/e2e/test_plugins_e2e.py", "tests/test_repo_check.py")
     for what in ("EXPECTED", "USAGE", "MIGRATION_KEYS", "REAL_PEERS", "tests/real_peers/"):
         assert what in text, what
-    assert "tests/contract/cases.py" not in out  # the old hint: cases live in case_<package>.py now
+    # the case lives in case_<package>.py and is listed by name in cases.py: the step says both
+    assert 'tests/contract/cases.py (PLUGIN_CASE_MODULES: "acme-agent": "case_acme_agent")' in text
 
     assert main(["new", "acme-agent", "AcmeAgent", "--platform", "Acme", "--root", str(tmp_path)]) == 2
     assert "already exists" in capsys.readouterr().err

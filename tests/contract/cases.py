@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -185,11 +184,21 @@ def _dify_cases() -> list[PluginCase]:
     ]
 
 
-# plugin directory -> its case module (tests/contract/case_<package>.py, a ``cases()`` function), found
-# by file name, so a new plugin's module (``runners new`` writes one) joins without editing this file
+# plugin directory -> its case module (tests/contract/case_<package>.py, a ``cases()`` function);
+# a new plugin adds its line here (tests/test_repo_check.py fails, naming this file, until it does)
 PLUGIN_CASE_MODULES: dict[str, str] = {
-    path.stem.removeprefix("case_").replace("_", "-"): path.stem
-    for path in sorted(Path(__file__).parent.glob("case_*.py"))
+    "acp-agent-runner": "case_acp_agent_runner",
+    "claude-code-agent": "case_claude_code_agent",
+    "codex-agent": "case_codex_agent",
+    "coze-agent": "case_coze_agent",
+    "dashscope-agent": "case_dashscope_agent",
+    "deerflow-agent": "case_deerflow_agent",
+    "langflow-agent": "case_langflow_agent",
+    "licos-agent": "case_licos_agent",
+    "local-agent": "case_local_agent",
+    "n8n-agent": "case_n8n_agent",
+    "tbox-agent": "case_tbox_agent",
+    "weknora-agent": "case_weknora_agent",
 }
 
 
