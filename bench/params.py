@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 
 @dataclass
@@ -74,15 +74,14 @@ class Params:
     @classmethod
     def smoke_run(cls) -> Params:
         """The least that still runs every section's every path once (the test suite's check that
-        the benchmarks work); its figures mean nothing."""
-        return cls(
-            quick=True,
+        the benchmarks work): ``--quick`` cut down further; its figures mean nothing."""
+        return replace(
+            cls.quick_run(),
             ttft_runs=3,
             ttft_tokens=5,
             traffic_sizes=(100, 4000),  # the bytes target is read at 4,000 tokens
             paced_sizes=(20,),
             paced_delay=0.005,
-            sweep_rates=(0.0, 50.0),
             cpu_rounds=1,
             split_runs=3,
             cpu_patterns=[CpuPattern("paced", 30, 0.001, 1), CpuPattern("burst", 100, 0.0, 1)],
@@ -90,9 +89,6 @@ class Params:
             conc_tokens=5,
             conc_delay=0.02,
             conn_runs=10,
-            coding_rounds=1,
-            coding_warmup=False,
             boundary_reps=2,
-            local_rounds=2,
             local_reps=1,
         )

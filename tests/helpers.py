@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +208,28 @@ def agent_pids(script: str) -> list[int]:
         if b"bwrap" not in os.path.basename(argv[0]) and any(a.endswith(script.encode()) for a in argv):
             found.append(pid)
     return found
+
+
+def fake_dns(monkeypatch: Any, table: Mapping[str, str | list[str]], calls: list[str] | None = None) -> None:
+    """Answer the kit's URL guard's lookups (``runner_kit.netguard``) from ``table``: an address per
+    name, or a list of successive answers (the last repeated); any other name does not resolve.
+    ``calls`` collects the names looked up."""
+    import socket
+
+    from runner_kit import netguard
+
+    answered: dict[str, int] = {}
+
+    async def resolve(host: str, port: int) -> list[Any]:
+        if calls is not None:
+            calls.append(host)
+        if host not in table:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        answers = table[host]
+        answers = [answers] if isinstance(answers, str) else answers
+        n = answered[host] = answered.get(host, -1) + 1
+        ip = answers[min(n, len(answers) - 1)]
+        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
+        return [(family, socket.SOCK_STREAM, 6, "", (ip, port))]
+
+    monkeypatch.setattr(netguard, "_getaddrinfo", resolve)

@@ -8,19 +8,18 @@ from __future__ import annotations
 import asyncio
 import gzip
 import os
-import socket
 
 import httpx
 import pytest
 from aiohttp import web
 
 from runner_kit import command_scope as cs
-from runner_kit import netguard
 from runner_kit.errors import RunnerError
 from runner_kit.netguard import FETCH_ALLOW_ENV, fetch
 from runner_kit.process import save_attachment
 from runner_kit.secret_proxy import SecretProxy
 from tests.fakes.http_server import FakeHTTPServer
+from tests.helpers import fake_dns
 
 SECRET = "sk-real-secret-0123456789abcdef"
 OTHER_SECRET = "sk-other-agents-secret-9876543210"
@@ -147,15 +146,6 @@ async def test_another_agents_stand_in_opens_nothing_on_this_proxy(echo):
 
 
 # --- links -----------------------------------------------------------------------------------------
-
-
-def fake_dns(monkeypatch, table: dict[str, str]) -> None:
-    async def resolve(host, port):
-        if host not in table:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (table[host], port))]
-
-    monkeypatch.setattr(netguard, "_getaddrinfo", resolve)
 
 
 async def get(url: str) -> RunnerError:

@@ -15,6 +15,7 @@ from runner_kit.errors import RunnerError
 from runner_kit.inputs import InputFile, download
 from runner_kit.netguard import FETCH_ALLOW_ENV, AllowList, checked_addresses, fetch, parse_ip, refusal
 from tests.fakes.http_server import FakeHTTPServer
+from tests.helpers import fake_dns
 
 BODY = b"\x89PNG\r\n\x1a\n" + b"\x07" * 64
 
@@ -79,23 +80,6 @@ def test_the_allow_list_format(caplog):
 
 
 # --- resolving ---------------------------------------------------------------------------------
-
-
-def fake_dns(monkeypatch, table: dict[str, list[str]], calls: list[str] | None = None):
-    """Answer lookups from ``table`` (a list per name: successive answers, the last repeated)."""
-    answered: dict[str, int] = {}
-
-    async def resolve(host, port):
-        if calls is not None:
-            calls.append(host)
-        if host not in table:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        n = answered[host] = answered.get(host, -1) + 1
-        ip = table[host][min(n, len(table[host]) - 1)]
-        family = socket.AF_INET6 if ":" in ip else socket.AF_INET
-        return [(family, socket.SOCK_STREAM, 6, "", (ip, port))]
-
-    monkeypatch.setattr(netguard, "_getaddrinfo", resolve)
 
 
 async def test_a_name_is_refused_when_any_of_its_addresses_is_private(monkeypatch):

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import base64
 import functools
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,12 +21,11 @@ from typing import Any
 
 import pytest
 
-from runner_kit import netguard
 from runner_kit.netguard import FETCH_ALLOW_ENV
 from runners_cli.host import LocalHost
 from runners_cli.plugins import discover, find
 from tests.fakes.http_server import FakeHTTPServer
-from tests.helpers import failure, make_runner, rtype, run, terminal
+from tests.helpers import failure, fake_dns, make_runner, rtype, run, terminal
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x05" * 48
@@ -94,15 +92,6 @@ def no_allow_list(monkeypatch):
     monkeypatch.delenv(FETCH_ALLOW_ENV, raising=False)
 
 
-def resolve(monkeypatch, table: dict[str, str]) -> None:
-    async def getaddrinfo(host, port):
-        if host not in table:
-            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
-        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (table[host], port))]
-
-    monkeypatch.setattr(netguard, "_getaddrinfo", getaddrinfo)
-
-
 def link(url: str) -> dict[str, Any]:
     return {"contents": [{"type": "image_url", "image_url": {"url": url}}]}
 
@@ -134,7 +123,7 @@ async def test_private_and_metadata_addresses_are_refused(plugin, url):
 
 
 async def test_a_public_looking_name_resolving_to_loopback_is_refused(plugin, pics, monkeypatch):
-    resolve(monkeypatch, {"images.example.com": "127.0.0.1"})
+    fake_dns(monkeypatch, {"images.example.com": "127.0.0.1"})
     message = await refused(plugin, **link(f"http://images.example.com:{pics.port}/pic.png"))
     assert "the link to images.example.com was not fetched" in message
     assert pics.connections_accepted == 0
@@ -142,7 +131,7 @@ async def test_a_public_looking_name_resolving_to_loopback_is_refused(plugin, pi
 
 async def test_a_redirect_into_loopback_is_refused(plugin, pics, monkeypatch):
     """The redirecting server is reachable (allow-listed by name); where it points is not."""
-    resolve(monkeypatch, {"cdn.example.net": "127.0.0.1"})
+    fake_dns(monkeypatch, {"cdn.example.net": "127.0.0.1"})
     monkeypatch.setenv(FETCH_ALLOW_ENV, "cdn.example.net")
     hop = FakeHTTPServer()
 

@@ -383,7 +383,10 @@ async def test_a_probe_that_timed_out_is_tried_again(api, key, slow_then_fine_bw
     assert rtype(terminal(out)) == "run.completed" and messages(out) == [HELLO], dump(out)[-2000:]
 
 
-async def test_a_probe_cancelled_with_its_run_leaves_no_bwrap(tmp_path, monkeypatch):
+async def _cancel_a_stuck_probe(tmp_path: Path) -> int:
+    """Probe with a bwrap that never finishes (it waits on a child), cancel the probe once that child
+    runs, and return the child's pid once it is gone or after 2 s (SIGKILL is asynchronous, and a
+    loaded machine takes a moment)."""
     pids = tmp_path / "child.pid"
     stuck = tmp_path / "bwrap"
     stuck.write_text(f"#!/bin/sh\nsleep 3600 & echo $! > {pids}\nwait\n")
@@ -398,27 +401,23 @@ async def test_a_probe_cancelled_with_its_run_leaves_no_bwrap(tmp_path, monkeypa
     with pytest.raises(asyncio.CancelledError):
         await task
     child = int(pids.read_text())
-    for _ in range(200):  # SIGKILL was sent; on a loaded machine the process takes a moment to go
+    for _ in range(200):
         if not alive(child):
             break
         await asyncio.sleep(0.01)
-    assert not alive(child), "the probe's bwrap was left waiting"
     # the cancelled probe decided nothing: the next run probes again
     assert str(stuck) not in sandbox._probed
+    return child
+
+
+async def test_a_probe_cancelled_with_its_run_leaves_no_bwrap(tmp_path):
+    assert not alive(await _cancel_a_stuck_probe(tmp_path)), "the probe's bwrap was left waiting"
     sandbox.forget_probes()
-
-
-if sys.platform != "linux":  # pragma: no cover
-    pytestmark = [pytestmark, pytest.mark.skip(reason="the sandbox is Linux only")]
 
 
 async def test_a_probe_cancelled_while_its_bwrap_is_being_set_up_leaves_no_bwrap(tmp_path, monkeypatch):
     """On a loaded machine the run may be cancelled after bwrap was forked but before asyncio has
     handed back its process: that bwrap is killed too, not left waiting."""
-    pids = tmp_path / "child.pid"
-    stuck = tmp_path / "bwrap"
-    stuck.write_text(f"#!/bin/sh\nsleep 3600 & echo $! > {pids}\nwait\n")
-    stuck.chmod(0o755)
     real_exec = asyncio.create_subprocess_exec
 
     async def slow_setup(*args: Any, **kwargs: Any) -> Any:
@@ -427,19 +426,9 @@ async def test_a_probe_cancelled_while_its_bwrap_is_being_set_up_leaves_no_bwrap
         return proc
 
     monkeypatch.setattr(sandbox.asyncio, "create_subprocess_exec", slow_setup)
+    assert not alive(await _cancel_a_stuck_probe(tmp_path)), "the bwrap being set up was left running"
     sandbox.forget_probes()
-    task = asyncio.ensure_future(sandbox.probe(str(stuck)))
-    for _ in range(200):
-        if pids.exists() and pids.read_text().strip():
-            break
-        await asyncio.sleep(0.01)
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    child = int(pids.read_text())
-    for _ in range(200):
-        if not alive(child):
-            break
-        await asyncio.sleep(0.01)
-    assert not alive(child), "the bwrap being set up was left running"
-    assert str(stuck) not in sandbox._probed
+
+
+if sys.platform != "linux":  # pragma: no cover
+    pytestmark = [pytestmark, pytest.mark.skip(reason="the sandbox is Linux only")]
