@@ -22,6 +22,7 @@ import errno
 import hashlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import time
@@ -183,7 +184,7 @@ def safe_file_name(name: str | None, fallback: str = "attachment") -> str:
     return (stem.strip() + ext if stem.strip() else kept[:16].strip()) or fallback
 
 
-NAME_BYTES = 200  # room left for the "999-" put before a name already taken
+NAME_BYTES = 200  # room left for the "999-" (or "0123abcd-") put before a name already taken
 
 
 def save_attachment(workspace: Path, subdir: str, name: str | None, data: bytes) -> Path:
@@ -207,8 +208,10 @@ def save_attachment(workspace: Path, subdir: str, name: str | None, data: bytes)
                                                       "the attachment was not saved") from None
             raise
         try:
-            for n in range(1000):
-                candidate = stem if n == 0 else f"{n}-{stem}"
+            # the name, then "1-" to "999-" before it, then random prefixes (a long conversation may
+            # send "image.png" a thousand times: the next one must still be saved)
+            for n in range(1010):
+                candidate = stem if n == 0 else f"{n}-{stem}" if n < 1000 else f"{secrets.token_hex(4)}-{stem}"
                 try:
                     fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644,
                                  dir_fd=dir_fd)

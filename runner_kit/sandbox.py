@@ -338,6 +338,11 @@ def _kill_probe(proc: asyncio.subprocess.Process) -> None:
         proc.kill()
 
 
+def _kill_started(start: asyncio.Future[asyncio.subprocess.Process]) -> None:
+    if not start.cancelled() and start.exception() is None:
+        _kill_probe(start.result())
+
+
 async def _try(bwrap: str) -> tuple[str | None, bool]:
     """(None, True) when bwrap builds a sandbox; else (why not, whether that is the host's lasting answer)."""
     trial = Boundary(bwrap=bwrap, workspace=Path("/"), home=Path("/"))
@@ -352,9 +357,10 @@ async def _try(bwrap: str) -> tuple[str | None, bool]:
         lasting = isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError))
         return f"{bwrap} cannot be started ({exc.strerror or exc})", lasting
     except asyncio.CancelledError:
-        # cancelled while the process was being set up: it may be running already
-        with contextlib.suppress(BaseException):
-            _kill_probe(await start)
+        # cancelled while the process was being set up: it may be running already, and is killed
+        # once it is handed back (not awaited here: a second cancel would cancel its set-up and
+        # leave it running for good)
+        start.add_done_callback(_kill_started)
         raise
     try:
         _, err = await asyncio.wait_for(proc.communicate(), PROBE_TIMEOUT)

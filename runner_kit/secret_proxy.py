@@ -60,10 +60,14 @@ class _Mask:
             buf = buf.replace(real, stand_in)
         keep = 0
         for real, _ in self._pairs:
-            for k in range(min(len(real) - 1, len(buf)), keep, -1):
-                if buf.endswith(real[:k]):
-                    keep = k
+            # the longest tail that starts this secret: only where its first byte is (a stream that
+            # comes a few bytes at a time would otherwise cost the secret's length per byte)
+            at = buf.find(real[:1], max(len(buf) - len(real) + 1, 0))
+            while at != -1 and len(buf) - at > keep:
+                if real.startswith(buf[at:]):
+                    keep = len(buf) - at
                     break
+                at = buf.find(real[:1], at + 1)
         self._held = buf[len(buf) - keep:] if keep else b""
         return buf[:len(buf) - keep] if keep else buf
 

@@ -15,18 +15,19 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: ~10x faster
-_parsed: dict[Path, tuple[tuple[int, int], Any]] = {}
+_parsed: dict[Path, tuple[bytes, Any]] = {}
 
 
 def _read_yaml(path: Path) -> Any:
-    """A YAML file's document, parsed once per version of the file (mtime and size); callers get
-    their own copy. Discovery runs for every test and every CLI command, and parsing the thirteen
-    runner manifests each time was most of the test suite's time."""
-    st = path.stat()
-    key = (st.st_mtime_ns, st.st_size)
+    """A YAML file's document, parsed once per content of the file (read each time: an edit that
+    keeps the size and modification time, within the file system's clock tick or put back with
+    ``cp -p``, is still seen by a long-lived ``runners chat``); callers get their own copy.
+    Discovery runs for every test and every CLI command, and parsing the thirteen runner
+    manifests each time was most of the test suite's time."""
+    raw = path.read_bytes()
     hit = _parsed.get(path)
-    if hit is None or hit[0] != key:
-        hit = (key, yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader))  # noqa: S506 - safe loader
+    if hit is None or hit[0] != raw:
+        hit = (raw, yaml.load(raw.decode("utf-8"), Loader=_Loader))  # noqa: S506 - safe loader
         _parsed[path] = hit
     return copy.deepcopy(hit[1])
 
