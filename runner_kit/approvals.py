@@ -209,9 +209,9 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
             how += " or your own answer"
         lines.append(how + ". / 请回复" + ("编号" if q.options else "你的答案") + "。")
     else:
-        lines.append(f"🔐 {agent} wants to {q.title}")
+        lines.append(f"🔐 {agent} wants to {shown(q.title)}")
         if q.detail:
-            lines.append(q.detail)
+            lines.append(shown(q.detail))
         covered = cs.what(q.remembers())
         if covered is not None:
             lines.append(f"Reply allow (once), always (allow {covered} for this session) or deny (a reason "
@@ -224,6 +224,12 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
     return "\n".join(lines)
 
 
+def shown(text: str) -> str:
+    """A permission question's command or path as the chat shows it: every character that does not
+    read as itself (zero-width, direction controls, odd spaces) written out (``<U+202E>``)."""
+    return cs.visible(text)
+
+
 def interaction_request(agent: str, q: Question, expires_at: float | None, caps: Any, *,
                         field: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``InteractionRequest`` for ``q``: buttons (actions only), or one text field; every
@@ -232,7 +238,8 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
     request: dict[str, Any] = {
         "interaction_id": q.id,
         "title": (f"{agent} asks" if q.kind == "question" else f"{agent} asks for permission")[:1000],
-        "description": (q.title + (f"\n{q.detail}" if q.detail else ""))[:10000],
+        "description": (shown(q.title) + (f"\n{shown(q.detail)}" if q.detail else "") if q.kind != "question" else
+                        q.title + (f"\n{q.detail}" if q.detail else ""))[:10000],
         "fallback_text": question_text(agent, q)[:20000],
     }
     if expires_at is not None:

@@ -70,9 +70,20 @@ INTERPRETERS: dict[str, Any] = {
     "osascript": re.compile(r"^-[A-Za-z]*e[A-Za-z]*$"),
     "tclsh": re.compile(r"^-c$"),
 }
-_ANY = re.compile(r"^.")  # an awk program is its first argument: any argument may be one
-for _awk in ("awk", "gawk", "mawk", "nawk", "busybox-awk"):
+_ANY = re.compile(r"^.")  # an awk or sed program is its first argument: any argument may be one
+for _awk in ("awk", "gawk", "mawk", "nawk", "busybox-awk", "sed", "gsed"):  # sed: ``1e cmd``, ``s/x/cmd/e``
     INTERPRETERS[_awk] = _ANY
+INTERPRETERS.update({
+    "R": re.compile(r"^(-e|--expr(=.*)?)$"), "julia": re.compile(r"^(-[A-Za-z]*[eE][A-Za-z]*|--eval|--print)$"),
+    "gdb": re.compile(r"^(-?-ex|-?-eval-command(=.*)?|-?-iex|-x|-?-command(=.*)?)$"),
+    "expect": re.compile(r"^-[A-Za-z]*c[A-Za-z]*$"), "ts-node": re.compile(r"^(-[ep]|--eval|--print)$"),
+    "tsx": re.compile(r"^(-[ep]|--eval|--print)$"), "pwsh": re.compile(r"^-(c|command|ec|encodedcommand)$", re.I),
+    "powershell": re.compile(r"^-(c|command|ec|encodedcommand)$", re.I), "guile": re.compile(r"^-c$"),
+    "racket": re.compile(r"^-[A-Za-z]*e[A-Za-z]*$"), "elixir": re.compile(r"^-e$"), "erl": re.compile(r"^-eval$"),
+    "sbcl": re.compile(r"^--eval$"), "socat": re.compile(r"(?i)(^|[!,])(exec|system):"),
+    "vim": re.compile(r"^\+"), "vi": re.compile(r"^\+"), "nvim": re.compile(r"^\+"), "ex": re.compile(r"^\+"),
+    "view": re.compile(r"^\+"),
+})
 FIND_EXEC = frozenset({"-exec", "-execdir", "-ok", "-okdir"})
 # options that make a program run a command named in its arguments (or, for git, set the config
 # that names one: ``git -c core.pager=sh``, ``-c alias.x=!sh``, ``-c core.sshCommand=…``)
@@ -84,8 +95,14 @@ RUNS_COMMAND = {"find": FIND_EXEC, "fd": frozenset({"-x", "-X", "--exec", "--exe
                                   "--info-script", "--new-volume-script", "-F", "--rsh-command", "--rmt-command"}),
                 "rsync": frozenset({"-e", "--rsh", "--rsync-path"}),
                 "man": frozenset({"-P", "--pager", "-H", "--html"}),
-                "zip": frozenset({"-TT", "--unzip-command"}),
+                "zip": frozenset({"-TT", "--unzip-command"}), "scp": frozenset({"-S"}), "sftp": frozenset({"-S"}),
+                "sort": frozenset({"--compress-program"}), "wget": frozenset({"--use-askpass"}),
                 **dict.fromkeys(("vim", "vi", "nvim", "ex", "view"), frozenset({"-c", "--cmd", "-S"}))}
+# git subcommands that run a command given in their arguments: (subcommand, its options or words)
+GIT_RUNS = {"rebase": frozenset({"-x", "--exec"}), "clone": frozenset({"-u", "--upload-pack"}),
+            "archive": frozenset({"--exec"}), "ls-remote": frozenset({"--upload-pack", "--exec"}),
+            "difftool": frozenset({"-x", "--extcmd"}), "submodule": frozenset({"foreach"}),
+            "bisect": frozenset({"run"}), "filter-branch": frozenset({"-"}), "grep": frozenset({"-O"})}
 # a program that, named anywhere among the arguments, is likely run by the one before it
 # (``uv run sudo …``, ``npx env …``); ``.``, ``time`` and ``command`` are too common as plain words
 INNER = frozenset({"sudo", "doas", "su", "env", "xargs", "eval", "exec", "nohup", "setsid", "timeout", "nice",
@@ -117,9 +134,18 @@ def _unseen(command: str) -> bool:
     """Whether ``command`` holds a character a reader does not see as itself: zero-width and
     direction controls (U+200B, U+202E …), a space other than the plain one (U+00A0, U+3000),
     a line or paragraph separator. Shown in a button, the command would not read as what runs."""
-    return not command.isascii() and any(
-        unicodedata.category(c) in ("Cf", "Zl", "Zp", "Co", "Cn") or (c != " " and unicodedata.category(c) == "Zs")
-        for c in command)
+    return not command.isascii() and any(_hidden(c) for c in command)
+
+
+def _hidden(c: str) -> bool:
+    cat = unicodedata.category(c)
+    return cat in ("Cf", "Zl", "Zp", "Co", "Cn") or (c != " " and cat == "Zs")
+
+
+def visible(text: str) -> str:
+    """``text`` with each character a reader would not see as itself written as ``<U+202E>``: what a
+    question shows is what runs, not text that reads as another command."""
+    return text if text.isascii() else "".join(f"<U+{ord(c):04X}>" if _hidden(c) else c for c in text)
 
 
 def parse(command: str) -> Parsed | None:
@@ -231,9 +257,32 @@ def is_simple(command: str) -> bool:
         pattern = INTERPRETERS.get(_interpreter(prog))
         if pattern is not None and any(pattern.match(a) for a in rest):
             return False
-        if any(a.split("=", 1)[0] in RUNS_COMMAND.get(prog, ()) for a in rest):
+        if any(_names(a, RUNS_COMMAND.get(prog, ())) for a in rest):
+            return False
+        if prog == "git" and any(_names(a, GIT_RUNS[sub]) for i, sub in enumerate(rest) if sub in GIT_RUNS
+                                 for a in rest[i + 1:] or [""]):
             return False
     return True
+
+
+def _names(arg: str, options: Iterable[str]) -> bool:
+    """Whether ``arg`` gives one of ``options`` as the program reads it: ``--to-command=x``, an
+    abbreviation ``--to-com=x`` (getopt and git take any unambiguous start), ``-Ix`` with its value
+    attached, ``-ave x`` bundled after other letters; a plain word (``foreach``) as itself; ``-``
+    stands for any argument."""
+    if not options:
+        return False
+    name = arg.split("=", 1)[0]
+    for opt in options:
+        if opt == "-" or name == opt:
+            return True
+        if opt.startswith("--"):
+            if name.startswith("--") and len(name) > 3 and opt.startswith(name):
+                return True
+        elif opt.startswith("-"):
+            if arg.startswith(opt) or (len(opt) == 2 and re.match(r"^-[A-Za-z0-9]*" + re.escape(opt[1]), arg)):
+                return True
+    return False
 
 
 def _interpreter(name: str) -> str:
@@ -404,12 +453,9 @@ def what(keys: Iterable[str]) -> str | None:
             return f"`{body}`" if is_simple(body) and "`" not in body else "this exact command"
         if kind == PREFIX:
             return f"commands starting with `{body}`"
-        if kind == MOVE:
-            a, b = json.loads(body)
-            return f"moving {a} to {b}"
         if kind == TOOL:
             return "this exact request"
-        return f"{'editing' if kind == EDIT else 'deleting'} {body}"
+        return _file_words(kind, body)
     if all(k in FILE_KINDS for k, _ in found):
         return "these file changes (" + ", ".join(_file_words(k, b) for k, b in found) + ")"
     return "these requests"
@@ -418,8 +464,8 @@ def what(keys: Iterable[str]) -> str | None:
 def _file_words(kind: str, body: str) -> str:
     if kind == MOVE:
         a, b = json.loads(body)
-        return f"moving {a} to {b}"
-    return f"{'editing' if kind == EDIT else 'deleting'} {body}"
+        return f"moving {visible(a)} to {visible(b)}"
+    return f"{'editing' if kind == EDIT else 'deleting'} {visible(body)}"
 
 
 def label(*keys: str) -> str:

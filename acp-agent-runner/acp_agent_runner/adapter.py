@@ -588,7 +588,8 @@ class ACPAdapter(Adapter):
             title, detail = f"use {kind or 'a tool'}: {target}", ""
         scope = policy.scope(kind, raw.get("command") if isinstance(raw, dict) else None, paths, self.workspace,
                              label, raw)
-        question = ap.Question(title=" ".join(title.split())[:300], detail=" ".join(detail.split())[:300], scope=scope)
+        question = ap.Question(title=" ".join(ap.shown(title).split())[:300], detail=" ".join(ap.shown(detail).split())[:300],
+                               scope=scope)
         decision = await self.env.ask(question)  # self.env read now: it may be a later run's
         if self._cancelling or self._closed:  # session/cancel came while the chat was deciding
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))

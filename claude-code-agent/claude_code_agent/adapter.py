@@ -64,7 +64,7 @@ def _lines(raw: Any) -> list[str]:
 
 def _short(value: Any, limit: int = 120) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-    text = " ".join(text.split())
+    text = " ".join(cs.visible(text).split())  # a non-plain space stays visible, not a plain one
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

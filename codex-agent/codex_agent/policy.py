@@ -222,5 +222,5 @@ def _legacy_entries(params: dict[str, Any]) -> list[tuple[str, str, str | None]]
 
 
 def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
+    line = " ".join(cs.visible(text).split())  # a non-plain space stays visible, not a plain one
     return line if len(line) <= limit else line[: limit - 1] + "…"
