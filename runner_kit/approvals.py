@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import command_scope as cs
+from . import sessions
 from .channel import Channel
 from .logs import get_logger
 
@@ -57,12 +58,24 @@ ACTIONS = {ALLOW: "Allow once", ALWAYS: "Allow for this session", DENY: "Deny"}
 _WORDS: dict[str, tuple[str, ...]] = {
     ALWAYS: ("always", "allow always", "always allow", "allow for session", "allow for this session",
              "总是允许", "始终允许", "一直允许", "本次会话允许", "总是", "始终"),
-    ALLOW: ("allow", "allow once", "yes", "y", "ok", "okay", "approve", "approved", "go ahead",
-            "允许", "同意", "批准", "可以", "好", "好的", "是", "允许一次"),
-    DENY: ("deny", "no", "n", "reject", "refuse", "denied", "拒绝", "不", "不行", "不允许", "不要", "否"),
+    ALLOW: ("allow", "allow once", "allowed", "yes", "y", "yep", "yeah", "ok", "okay", "sure", "approve",
+            "approved", "go ahead", "go for it", "do it", "proceed", "continue", "lgtm",
+            "允许", "同意", "批准", "可以", "好", "好的", "是", "是的", "允许一次", "行", "继续", "执行", "确认"),
+    DENY: ("deny", "denied", "reject", "rejected", "refuse", "no", "n", "nope", "nah", "no way", "no thanks",
+           "no thank you", "not now", "not yet", "don't", "do not",
+           "拒绝", "不", "不行", "不允许", "不要", "否", "别"),
 }
+# said after an allow word, these keep it an allow ("yes, go ahead", "好的，执行吧"); alone they answer nothing
+_ASSENT_TAIL = ("please", "pls", "thanks", "thank you", "thx", "go", "run it", "no problem", "no worries",
+                "请", "吧", "谢谢", "执行吧", "继续吧", "去吧", "做吧", "跑吧", "可以的", "没问题")
+# deny words that start ordinary English phrases ("no problem", "no idea what this does", "nah it's
+# fine"): a reason may follow them only after a mark (", : ; . ! -"), not after a bare space
+_DENY_BEFORE_MARK = ("no", "n", "nope", "nah", "no way", "no thanks", "no thank you", "not now", "not yet",
+                     "don't", "do not")
+_ASSENT_MAX = 80  # a longer reply is a message, not a yes
 _TRAILING = " \t\r\n.!?。！？~"
-_SEPARATORS = " \t\r\n:：,，;；-—。.!！"
+_SEPARATORS = " \t\r\n:：,，;；-—。.!！、"
+_MARKS = ":：,，;；-—。.!！、"  # the separators that are not spaces
 
 
 def _norm(text: str) -> str:
@@ -143,8 +156,22 @@ class Decision:
 def parse_answer(text: str, question: Question) -> Decision | None:
     """A typed reply read as an answer to ``question``; None when it is not one.
 
-    Permission: ``allow``/``always``/``deny`` (and the Chinese words), a reason may follow ``deny``.
-    Question: an option's number, value or label; any other text when ``free_text``."""
+    Question: an option's number, value or label; any other text when ``free_text``.
+
+    Permission, read as people write in a group chat (English and Chinese, any case, trailing
+    ``.!?。！？~`` ignored); anything else is None, so the message goes on as an ordinary one:
+
+    - allow (``always``: for this session, when the question can be remembered): an allow word
+      (:data:`_WORDS`) alone, or followed only by more allow words and courtesies
+      (:data:`_ASSENT_TAIL`), with or without separators: "yes, go ahead", "ok 继续", "好的，执行吧".
+      Anything else after it ("ok but run the tests first", "好的问题") is no answer;
+    - deny: a deny word alone ("no.", "No!", "n", "nope", "不行"), a run of them ("no no no"), or a
+      deny word followed by a separator and a reason ("NO, use git rm instead", "拒绝：先跑测试",
+      "deny too risky"). A deny word is never a prefix of a longer word ("nothing", "note", "不错",
+      "不过…", "不客气" are no answers). After the English interjections of
+      :data:`_DENY_BEFORE_MARK` ("no", "nah" …) a space alone is no separator, so "no problem!",
+      "no worries, go ahead" and "no idea what this does" are no answers; a mark is
+      ("no, use git rm instead")."""
     raw = (text or "").strip()
     if not raw:
         return None
@@ -156,19 +183,69 @@ def parse_answer(text: str, question: Question) -> Decision | None:
         if question.free_text:
             return Decision(allow=True, answer=raw)
         return None
-    for word in _WORDS[ALWAYS] + _WORDS[ALLOW]:
-        if low == word:  # "always" on what cannot be remembered is an allow once
-            return Decision(allow=True, always=word in _WORDS[ALWAYS] and bool(question.remembers()))
-    for word in sorted(_WORDS[DENY], key=len, reverse=True):
-        if low == word:
-            return Decision(allow=False)
-        if low.startswith(word):
-            rest = raw.strip()[len(word):]
-            if word.isascii() and rest[:1] not in tuple(_SEPARATORS):
-                continue  # "note…" is not "no"
-            reason = rest.strip(_SEPARATORS)
-            return Decision(allow=False, reason=reason or None)
+    if low in _WORDS[DENY] or _only(low, _WORDS[DENY], _WORDS[DENY]) is not None:
+        return Decision(allow=False)
+    said = _only(low, _WORDS[ALWAYS] + _WORDS[ALLOW], _WORDS[ALWAYS] + _WORDS[ALLOW] + _ASSENT_TAIL)
+    if said is not None:  # "always" on what cannot be remembered is an allow once
+        return Decision(allow=True, always=any(w in _WORDS[ALWAYS] for w in said) and bool(question.remembers()))
+    for word, pattern in _DENY_PATTERNS:
+        m = pattern.match(raw)
+        if m is None:
+            continue
+        rest = raw[m.end():]
+        if not _separated(rest, strict=word in _DENY_BEFORE_MARK):
+            continue  # "nothing" is not "no", "不错" is not "不"; "no problem" is no answer
+        reason = rest.strip(_SEPARATORS)
+        return Decision(allow=False, reason=reason or None)
     return None
+
+
+def _only(low: str, first: tuple[str, ...], then: tuple[str, ...]) -> list[str] | None:
+    """``low`` (as :func:`_norm` leaves it) cut whole into phrases, the first of ``first``, the rest
+    of ``then``, with separators or nothing between them (an English word needs a separator or a
+    non-ASCII character after it: "okay" is not "ok" + "ay"); the phrases, or None."""
+    if not low or len(low) > _ASSENT_MAX:
+        return None
+    phrases = sorted(set(first) | set(then), key=len, reverse=True)
+
+    def cut(i: int, allowed: tuple[str, ...], started: bool) -> list[str] | None:
+        while i < len(low) and low[i] in _SEPARATORS:
+            i += 1
+        if i == len(low):
+            return [] if started else None  # at least one phrase
+        for p in phrases:
+            if p not in allowed or not low.startswith(p, i):
+                continue
+            j = i + len(p)
+            if p[-1].isascii() and p[-1].isalnum() and j < len(low) and low[j].isascii() and low[j].isalnum():
+                continue
+            if (rest := cut(j, then, True)) is not None:
+                return [p, *rest]
+        return None
+
+    return cut(0, first, False)
+
+
+def _separated(rest: str, *, strict: bool) -> bool:
+    """Whether what follows a deny word starts with a separator (a reason may follow): a space or a
+    mark, or with ``strict`` a mark only (spaces before it allowed). A dash or a dot directly before a
+    letter or digit joins words ("no-one", "n.b.") and separates nothing."""
+    if strict:
+        rest = rest.lstrip()
+    if not rest:
+        return True
+    if rest[0] in "-." and rest[1:2].isalnum():
+        return False
+    return rest[0] in _MARKS or (not strict and rest[0].isspace())
+
+
+def _deny_pattern(word: str) -> re.Pattern[str]:
+    """``word`` at the start of a reply: any case, any run of spaces inside, either apostrophe."""
+    body = r"\s+".join(re.escape(w).replace("'", "['\u2019]") for w in word.split())
+    return re.compile(body, re.IGNORECASE)
+
+
+_DENY_PATTERNS = [(w, _deny_pattern(w)) for w in sorted(_WORDS[DENY], key=len, reverse=True)]
 
 
 def from_submission(submission: Any, question: Question, *, field: str = "answer") -> Decision | None:
@@ -391,45 +468,73 @@ class Parked:
     index: int = 0
     timer: asyncio.TimerHandle | None = None
     closing: asyncio.Task[None] | None = None
+    slot: Any = None  # the sessions.Slot it keeps busy until answered or stopped
 
 
-PARKED: dict[str, Parked] = {}
+ANSWERED: dict[str, str] = {}  # question id -> who answered it ("" unknown), the latest ANSWERED_KEPT
+ANSWERED_KEPT = 1000
+
+
+def answered(question_id: str, by: str | None) -> None:
+    """Remember that a question was answered (``by`` None: it timed out), so a replayed click on it
+    says so instead of "expired"."""
+    if by is None:
+        return
+    ANSWERED.pop(question_id, None)
+    ANSWERED[question_id] = by
+    while len(ANSWERED) > ANSWERED_KEPT:
+        del ANSWERED[next(iter(ANSWERED))]
+
+
+PARKED: dict[str, Parked] = {}  # by session (sessions.key_of): one open question per agent session
 _CLOSING: set[Parked] = set()  # expired, in their grace period before the agent is stopped
 
 
 def conversation_key(ctx: Any, platform: str) -> str | None:
-    """Where a parked agent is found again: the plugin, bot, conversation and thread."""
-    conv = getattr(ctx, "conversation", None)
-    cid = getattr(conv, "conversation_id", None) if conv is not None else None
-    if not cid:
-        return None
-    return "|".join(str(x or "") for x in (platform, getattr(conv, "bot_id", None), cid,
-                                            getattr(conv, "thread_id", None)))
+    """The plugin, bot, conversation and thread (see :func:`runner_kit.sessions.conversation_key`)."""
+    return sessions.conversation_key(ctx, platform)
 
 
 def park(p: Parked) -> None:
-    """Keep ``p`` until it is answered or ``p.expires_at``; then it is denied and closed."""
+    """Keep ``p`` until it is answered or ``p.expires_at``; then it is denied and closed. Its
+    session stays busy (its slot's lock held) until then."""
     old = PARKED.pop(p.key, None)
     if old is not None:
         _expire(old, "a newer question replaced it")
     PARKED[p.key] = p
+    if p.slot is not None:
+        p.slot.parked = p
     loop = asyncio.get_running_loop()
     p.timer = loop.call_at(loop.time() + max(p.expires_at - time.time(), 0.0), _expire, p, None)
 
 
 def claim(key: str | None) -> Parked | None:
-    """Take the parked turn of this conversation (its expiry is cancelled)."""
+    """Take the parked turn of this session (its expiry is cancelled); the run that takes it owns
+    the session from here on (it releases the slot when it ends)."""
     if key is None:
         return None
     p = PARKED.pop(key, None)
-    if p is not None and p.timer is not None:
-        p.timer.cancel()
+    if p is not None:
+        if p.timer is not None:
+            p.timer.cancel()
+        if p.slot is not None and p.slot.parked is p:
+            p.slot.parked = None
     return p
+
+
+def waiting_in(conv: str | None) -> list[Parked]:
+    """The parked turns of one conversation (every session's open question), oldest first."""
+    if conv is None:
+        return []
+    prefix = conv + "|"
+    return [p for k, p in PARKED.items() if k.startswith(prefix)]
 
 
 def put_back(p: Parked) -> None:
     """Leave ``p`` waiting (the run that looked at it did not answer it)."""
     PARKED[p.key] = p
+    if p.slot is not None:
+        p.slot.parked = p
     loop = asyncio.get_running_loop()
     p.timer = loop.call_at(loop.time() + max(p.expires_at - time.time(), 0.0), _expire, p, None)
 
@@ -437,11 +542,15 @@ def put_back(p: Parked) -> None:
 def _expire(p: Parked, why: str | None) -> None:
     if PARKED.get(p.key) is p:
         del PARKED[p.key]
+    if p.slot is not None and p.slot.parked is p:
+        p.slot.parked = None
     if not p.future.done():
         p.future.set_result(Decision(allow=False, timed_out=why is None,
                                      reason=why or "nobody answered in time"))
     log.info("%s: question %s %s: denied", p.agent, p.question.id, "expired" if why is None else why)
     p.closing = asyncio.ensure_future(_close_parked(p))
+    if p.slot is not None:
+        p.slot.closing = p.closing  # a next run of the session cuts the grace short
     _CLOSING.add(p)
     p.closing.add_done_callback(lambda _t: _CLOSING.discard(p))
 
@@ -456,13 +565,16 @@ async def _close_parked(p: Parked) -> None:
 
 
 async def _stop(p: Parked) -> None:
-    if not p.task.done():
-        p.task.cancel()
-    for step in (p.adapter.cancel, p.adapter.close):
-        try:
-            await asyncio.wait_for(step(), 5.0)
-        except BaseException:  # noqa: BLE001 - best effort, nobody is waiting on this
-            pass
+    try:
+        if not p.task.done():
+            p.task.cancel()
+        for step in (p.adapter.cancel, p.adapter.close):
+            try:
+                await asyncio.wait_for(step(), 5.0)
+            except BaseException:  # noqa: BLE001 - best effort, nobody is waiting on this
+                pass
+    finally:
+        sessions.release(p.slot)  # the session is free for its next run
 
 
 async def close_all() -> None:

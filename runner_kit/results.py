@@ -208,6 +208,9 @@ class ResultBuilder:
         self.meta: dict[str, Any] = {}  # ev.Meta facts, carried on the complete message
         self._progress = ""  # one line for the current step, shown only until answer text comes
         self.auto_progress = False  # derive that line from tool starts (coding agents)
+        # told of every state value the run stores (runner_kit.sessions: the next run of the same
+        # session sees it even when its own snapshot was taken before)
+        self.on_state: Any = None
 
     # --- accumulating ---------------------------------------------------------------------------
 
@@ -423,6 +426,8 @@ class ResultBuilder:
         return RunnerResult.tool_call_completed(self.run_id, call_id, name, result=result, error=error)
 
     def state(self, key: str, value: Any, scope: str = "conversation") -> RunnerResult:
+        if self.on_state is not None:
+            self.on_state(key, value, scope)
         return RunnerResult.state_updated(self.run_id, key, value, scope)
 
     def log(self, text: str, level: str = "info") -> RunnerResult:

@@ -31,7 +31,7 @@ from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
-from . import agent_mcp
+from . import agent_mcp, sessions
 from . import approvals as ap
 from . import events as ev
 from .channel import Channel
@@ -95,10 +95,29 @@ class RunEnv:
         # each person has their own agent session, so one member's "always" never replaces another's
         memory_key = (self.session.key or base) + ap.MEMORY_SUFFIX
         self.memory = ap.Memory(memory_key, (ctx.state.conversation or {}).get(memory_key))
-        self.pending_key = base + ap.PENDING_SUFFIX
+        # the question a parked agent of this session waits on (one per agent session, like its id)
+        self.pending_key = (self.session.key or base) + ap.PENDING_SUFFIX
+        # this session's owner in the plugin process (runner_kit.sessions): its lock, what it stored
+        self.slot: sessions.Slot | None = None
         # the LangBot MCP bridges of the agent this run holds (runner_kit.agent_mcp): let go of
         # when the agent is parked, handed to the run that attaches to it
         self.mcp_bridges: list[Any] = []
+        # what the agent must still be told after its turn, where its protocol had no place for it
+        # (a denial's reason): sent as the next turn's text in the same session (:meth:`tell_agent`)
+        self.agent_notes: list[str] = []
+
+    def refresh(self) -> None:
+        """Read the session's id and approvals again, after the state snapshot caught up with what
+        the run before this one (of the same session) stored."""
+        state = self.ctx.state.conversation or {}
+        self.session = SessionHandle(self.ctx, self.session.key)
+        self.memory = ap.Memory(self.memory.key, state.get(self.memory.key))
+
+    def tell_agent(self, text: str) -> None:
+        """Have ``text`` reach the agent as the next turn's input in this session (multi-turn
+        adapters), for what its protocol cannot carry where it happened (a denial's reason)."""
+        if text and text.strip():
+            self.agent_notes.append(text.strip())
 
     async def ask(self, question: ap.Question) -> ap.Decision:
         """Ask the chat (``permission-mode: ask``) and wait for the answer; see
@@ -256,14 +275,125 @@ def _flag(config: Config | None, key: str, default: bool) -> bool:
     return default if value is None else bool(value)
 
 
-def _builder(ctx: RunnerContext, config: Config | None, *, multi_turn: bool = False) -> ResultBuilder:
+def _builder(ctx: RunnerContext, config: Config | None, *, multi_turn: bool = False,
+             slot: sessions.Slot | None = None) -> ResultBuilder:
     if config is None:
         return ResultBuilder(ctx.run_id)
     builder = ResultBuilder(
         ctx.run_id, remove_think=bool(config.get("remove-think", False)), policy=StreamPolicy.from_config(config)
     )
     builder.auto_progress = multi_turn
+    builder.on_state = slot.wrote if slot is not None else None
     return builder
+
+
+BUSY_NOTICE_AFTER = 1.0  # seconds a run waits for its session before it says so in the chat
+BUSY_NOTE = "(An earlier message of this conversation is still being answered; yours comes right after.)"
+
+
+async def _acquire(lock: asyncio.Lock, timeout: float | None) -> bool:
+    """``lock`` acquired within ``timeout`` seconds (None: however long it takes)? Unlike
+    ``wait_for(lock.acquire())`` on Python 3.11, a lock granted just as the time runs out, or as
+    the run is cancelled, is never left held by nobody."""
+    task = asyncio.ensure_future(lock.acquire())
+    try:
+        await asyncio.wait({task}, timeout=timeout)
+        if not task.done():
+            task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
+                raise  # the run itself is being cancelled
+            return False
+        return True
+    except BaseException:
+        task.cancel()
+        if task.done() and not task.cancelled() and task.exception() is None:
+            lock.release()  # granted, but nobody will hold it
+        raise
+
+
+class _Hold:
+    """The session whose lock a run holds (set the moment it is acquired, so a cancel right after
+    cannot leave it locked)."""
+
+    __slots__ = ("slot",)
+
+    def __init__(self) -> None:
+        self.slot: sessions.Slot | None = None
+
+
+async def _take(slot: sessions.Slot | None, env: RunEnv, builder: ResultBuilder, hold: _Hold) -> AsyncGenerator[RunnerResult, None]:
+    """Wait until the session is this run's (runs of one session go one after another), saying so
+    in one line when that takes a moment; then read what the run before stored."""
+    if slot is None:
+        return
+    if slot.closing is not None and not slot.closing.done():
+        slot.closing.cancel()  # the agent whose question expired is stopped now: this run needs the session
+    if not slot.lock.locked():
+        await slot.lock.acquire()  # free: taken at once, without waiting
+    elif not await _acquire(slot.lock, min(BUSY_NOTICE_AFTER, env.budget())):
+        yield builder.notice_message(BUSY_NOTE)
+        builder.next_message()
+        if not await _acquire(slot.lock, env.budget()):
+            raise RunnerError("upstream.timeout", "the run's time limit was reached while an earlier message "
+                              "of this conversation was still being answered")
+    hold.slot = slot
+    if slot.catch_up(env.ctx):
+        env.refresh()
+
+
+def _several(ctx: Any, batch: list[Any]) -> bool:
+    """Whether a turn's messages come from more than one person (their names are kept then)."""
+    people = {ap.actor_of(ctx)[0]} | {ap.actor_of(item)[0] for item in batch}
+    return len(people) > 1
+
+
+def _held_input(held: list[sessions.Held], inp: UserInput | None = None, name: str | None = None) -> UserInput:
+    """One turn's input from messages kept while the session's question was open, each with its
+    sender's name, and then this run's own message ``inp`` (from ``name``)."""
+    texts = [sessions.named(h.name, h.input.text) for h in held]
+    files = [f for h in held for f in h.input.files]
+    skipped = [x for h in held for x in h.input.skipped]
+    params: dict[str, Any] = dict(held[-1].input.params) if held else {}
+    if inp is not None:
+        if inp.text.strip() or inp.files:
+            texts.append(sessions.named(name, inp.text) if name else inp.text.strip())
+        files += inp.files
+        skipped += inp.skipped
+        params = inp.params
+    return UserInput(text="\n\n".join(t for t in texts if t), files=files, params=params, skipped=skipped)
+
+
+def _with_held(slot: sessions.Slot | None, inp: UserInput, name: str | None) -> UserInput:
+    """``inp``, after whatever was kept for this session while its question was open."""
+    if slot is None or not slot.held:
+        return inp
+    return _held_input(slot.take_held(), inp, name)
+
+
+def _find_parked(ctx: RunnerContext, platform: str, slot: sessions.Slot | None, inp: UserInput) -> ap.Parked | None:
+    """The parked turn this run is about: the one a click names (in any session of the
+    conversation), the run's own session's, or one whose ``approvers`` include this sender and
+    whose question this typed reply answers."""
+    conv = sessions.conversation_key(ctx, platform)
+    submission = getattr(ctx.input, "interaction", None)
+    if submission is not None:
+        wanted = getattr(submission, "interaction_id", None)
+        for p in ap.waiting_in(conv):
+            if p.question.id == wanted:
+                return ap.claim(p.key)
+        return None
+    own = ap.claim(slot.key) if slot is not None else None
+    if own is not None:
+        return own
+    actor = ap.actor_of(ctx)[0]
+    if actor and inp.text and not inp.files:
+        for p in ap.waiting_in(conv):
+            if actor in p.gate.listed and ap.parse_answer(inp.text, p.question) is not None:
+                return ap.claim(p.key)
+    return None
 
 
 async def drive(
@@ -289,6 +419,8 @@ async def drive(
     live: Adapter | None = None  # the multi-turn adapter to close at the end
     steer: Steering | None = None
     pump = _Pump()
+    entered: list[sessions.Slot | None] = []  # the sessions this run counted itself in
+    hold = _Hold()  # the session whose lock this run holds
 
     async def one_turn(
         make: Callable[[int], Adapter], turn_input: UserInput, index: int, watch: Steering | None,
@@ -335,8 +467,19 @@ async def drive(
                 raise RunnerError(
                     "input.invalid", "the message has no text or files to send" + (f" ({why})" if why else "")
                 )
+            # whose session this is: a runner without user-id-source has one per conversation (LocalAgent
+            # reads the group's own transcript: everyone in it is in one conversation with it)
+            source = config.get("user-id-source") if "user-id-source" in config else "conversation"
+            slot = sessions.enter(sessions.key_of(ctx, platform, adapter_cls.session_key, source))
+            entered.append(slot)
+            env.slot = slot
+            builder.on_state = slot.wrote if slot is not None else None
             if not adapter_cls.multi_turn:
-                async with aclosing(one_turn(lambda _: adapter_cls(env), inp, 0, None)) as turn:
+                async with aclosing(_take(slot, env, builder, hold)) as waited:
+                    async for r in waited:
+                        yield r
+                first_env = env
+                async with aclosing(one_turn(lambda _: adapter_cls(first_env), inp, 0, None)) as turn:
                     async for result in turn:
                         yield result
                 if env.session.dirty:
@@ -350,15 +493,22 @@ async def drive(
                 yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
             steer = Steering.for_run(ctx)
+            steer.route = lambda item: sessions.key_of(sessions.view(ctx, item), platform,
+                                                       adapter_cls.session_key, source)
+            steer.key = slot.key if slot is not None else None
             env.steering = steer
             watch = steer if follow_up_mode(config) == "interrupt" else None
             index = 0
             turn_input: UserInput | None = inp
             resume: ap.Parked | None = None
             after: UserInput | None = None  # a new message that came instead of an answer: next turn
-            waiting = ap.claim(ap.conversation_key(ctx, platform))
+            waiting = _find_parked(ctx, platform, slot, inp)
             if waiting is not None:
                 attach = _attach(waiting, ctx, env, inp)
+                if attach.hold and waiting.slot is not None:  # kept for the session's next turn
+                    if not waiting.slot.keep(sessions.Held(ap.actor_of(ctx)[1] or "someone", inp)):
+                        attach.notice = sessions.HELD_FULL.format(agent=waiting.agent, who=waiting.gate.who(),
+                                                                  n=sessions.HELD_MAX)
                 for r in attach.results(builder):
                     yield r
                 if not attach.resumed:
@@ -366,7 +516,15 @@ async def drive(
                     return
                 resume, index, after = waiting, waiting.index, attach.next_input
                 live = waiting.adapter  # _attach gave it this run's env
+                hold.slot = waiting.slot  # the session was the parked turn's; it is this run's now
+                if hold.slot is not None:
+                    builder.on_state = hold.slot.wrote
+                    steer.key = hold.slot.key
             else:
+                async with aclosing(_take(slot, env, builder, hold)) as waited:
+                    async for r in waited:
+                        yield r
+                turn_input = _with_held(slot, inp, ap.actor_of(ctx)[1])
                 stale = _stale_question(ctx, env, inp)
                 if stale is not None:
                     yield builder.state(env.pending_key, None)
@@ -379,7 +537,9 @@ async def drive(
             session_adapter: Adapter = live
             while True:
                 if turn_input is not None:
-                    async with aclosing(one_turn(lambda _: session_adapter, turn_input, index, watch, resume)) as turn:
+                    this_session = session_adapter
+                    async with aclosing(one_turn(lambda _, a=this_session: a, turn_input, index, watch,  # type: ignore[misc]
+                                                 resume)) as turn:
                         async for result in turn:
                             yield result
                     resume = None
@@ -388,35 +548,87 @@ async def drive(
                         env.session.mark_saved()
                     if pump.parked is not None:  # the agent waits for an answer in a later run
                         live = None
+                        hold.slot = None  # the parked turn keeps the session busy until it is settled
                         note = await _unanswered(steer)
                         if note:
                             yield builder.notice_message(note)
-                        steer.pending.clear()
-                        steer.in_turn = []
+                        steer.drop_all()
                         yield builder.completed(usage, finish_reason="stop")
                         return
                     final = builder.final_message(note=INTERRUPTED_NOTE if pump.interrupted else None)
+                    if final is None and pump.interrupted:
+                        final = builder.notice_message(INTERRUPTED_NOTE)
                     if final is None and not builder.no_reply and not builder.messages_sent:
-                        if index == 0 and not pump.interrupted:
+                        if index == 0 and env.ctx is ctx:  # the run's own message got nothing
                             raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
                         final = builder.notice_message(NO_REPLY_TEXT)
                     if final is not None:
                         yield final  # each turn is its own reply in the chat
                 steer.turn_done()
+                if env.agent_notes:  # told before anything else the session hears next
+                    told = "\n\n".join(env.agent_notes)
+                    env.agent_notes = []
+                    after = (UserInput(text=told, files=[], params=dict(env.input.params)) if after is None else
+                             UserInput(text=f"{told}\n\n{after.text}".strip(), files=after.files,
+                                       params=after.params, skipped=after.skipped))
+                if after is None and hold.slot is not None and hold.slot.held:
+                    after = _held_input(hold.slot.take_held())  # kept while the question was open
                 if after is not None:
                     turn_input, after = after, None
                     index += 1
-                    builder = _builder(ctx, config, multi_turn=True)
+                    builder = _builder(ctx, config, multi_turn=True, slot=hold.slot)
                     continue
                 await steer.pull()
                 if not steer.pending:
-                    break
+                    if not steer.others:
+                        break
+                    # follow-ups of other people's sessions: each answered in its sender's own session
+                    if live is not None:
+                        closing, live = live, None
+                        try:
+                            await closing.close()
+                        except Exception:  # noqa: BLE001 - the next session starts regardless
+                            log.warning("%s: closing the agent session failed", platform)
+                    sessions.release(hold.slot)
+                    hold.slot = None
+                    key, items = steer.next_session()
+                    vctx = sessions.view(ctx, items[0])
+                    env = RunEnv(vctx, config, redact, adapter_cls.session_key)
+                    env.steering = steer
+                    other = sessions.enter(key)
+                    entered.append(other)
+                    env.slot = other
+                    who = ap.actor_of(items[0])[1] or "someone"
+                    builder = _builder(ctx, config, multi_turn=True, slot=other)
+                    if other is not None and other.parked is not None:  # their agent waits on a question
+                        kept = [other.keep(sessions.Held(ap.actor_of(item)[1] or who, await follow_up_input(
+                            sessions.view(ctx, item), [item], max_bytes=env.max_bytes))) for item in items]
+                        yield builder.notice_message(
+                            f"({who}'s own session is waiting for an answer to a question; the message is kept and "
+                            "goes to it right after.)" if all(kept) else sessions.HELD_FULL.format(
+                                agent=other.parked.agent, who=other.parked.gate.who(), n=sessions.HELD_MAX))
+                        builder = _builder(ctx, config, multi_turn=True, slot=other)
+                        turn_input = None  # nothing to run in that session now; on to the next one
+                        continue
+                    async with aclosing(_take(other, env, builder, hold)) as waited:
+                        async for r in waited:
+                            yield r
+                    steer.pending.extend(items)
+                    live = adapter_cls(env)
+                    session_adapter = live
+                    index = -1  # the batch below is this session's first turn (index 0)
+                    builder.set_preamble(f"({who}, in your own session:)\n\n")
                 env.budget()
                 batch = steer.take()
                 env.turn_actor = ap.actor_of(batch[-1]) if ap.actor_of(batch[-1])[0] else env.turn_actor
-                turn_input = await follow_up_input(ctx, batch, max_bytes=env.max_bytes)
+                turn_input = await follow_up_input(env.ctx, batch, max_bytes=env.max_bytes,
+                                                   names=_several(env.ctx, batch))
+                if hold.slot is not None and hold.slot.held:
+                    turn_input = _with_held(hold.slot, turn_input, None if _several(env.ctx, batch) else
+                                            ap.actor_of(batch[-1])[1])
                 index += 1
-                builder = _builder(ctx, config, multi_turn=True)
+                if index > 0:
+                    builder = _builder(ctx, config, multi_turn=True, slot=hold.slot)
                 if turn_input.empty:
                     why = "; ".join(turn_input.skipped)
                     yield builder.notice_message(
@@ -450,6 +662,9 @@ async def drive(
                 await live.close()
             except BaseException:  # noqa: BLE001 - closing must not resurface either
                 log.warning("%s: closing the agent session failed", platform)
+        sessions.release(hold.slot)  # the session's next run may go on
+        for entered_slot in entered:
+            sessions.leave(entered_slot)
         if steer is not None and (left := steer.unanswered()):
             log.warning("%d follow-up message(s) of this run were not answered", len(left))
         unbind_redactor(token)
@@ -721,6 +936,7 @@ class _Attach:
         self.decision: ap.Decision | None = None
         self.next_input: UserInput | None = None
         self.notice: str | None = None
+        self.hold = False  # a message of another member of the session: kept for after the question
 
     def results(self, builder: ResultBuilder) -> list[RunnerResult]:
         out: list[RunnerResult] = []
@@ -757,9 +973,16 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
         d = ap.parse_answer(inp.text, q) if not inp.files else None
     if not p.gate.may_answer(actor):
         ap.put_back(p)
-        a.notice = (f"(Only {p.gate.who()} can answer the question above." if d is not None else
-                    f"({p.agent} is waiting for {p.gate.who()} to answer a question; please send this again after.")
-        a.notice += ")"
+        if submission is not None:
+            a.notice = f"(Only {p.gate.who()} can answer the question above.)"
+            return a
+        # someone else of a shared session: their message is theirs, not an answer; it is kept and
+        # goes to the agent, with their name, once the question is settled
+        a.hold = True
+        a.notice = (f"(Only {p.gate.who()} can answer the question above; your message is kept and goes to "
+                    f"{p.agent} right after it.)" if d is not None else
+                    f"({p.agent} is waiting for {p.gate.who()} to answer a question; your message is kept and "
+                    "goes to it right after.)")
         return a
     if d is None:
         d = ap.Decision(allow=False, reason="the user sent a new message instead of answering")
@@ -776,6 +999,9 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     # approver's own session is another one): its id and "always" are stored under the asker's keys
     env.session = held.session
     env.memory = ap.Memory(held.memory.key, (ctx.state.conversation or {}).get(held.memory.key))
+    env.pending_key = held.pending_key
+    env.slot = p.slot
+    env.__dict__["user"] = held.user  # the upstream user stays the asker's too (a cached property)
     p.adapter.env = env
     env.turn_actor = (p.gate.asker, p.gate.asker_name) if p.gate.asker else env.turn_actor
     return a
@@ -788,6 +1014,9 @@ def _stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[st
     submission = getattr(ctx.input, "interaction", None)
     if record is None:
         if submission is not None:
+            by = ap.ANSWERED.get(str(getattr(submission, "interaction_id", "")))
+            if by is not None:
+                return f"(That question was already answered{f' by {by}' if by else ''}.)", True
             return "(That question is no longer waiting: the agent was restarted or it expired. " \
                    "Send your request again.)", True
         return None
@@ -816,6 +1045,7 @@ def _answered(env: RunEnv, builder: ResultBuilder, agent: str, q: ap.Question, d
     """State and log lines for an answer; the chat line saying what was decided."""
     out: list[RunnerResult] = []
     who = d.by or "someone"
+    ap.answered(q.id, None if d.timed_out else (d.by or ""))
     if d.timed_out:
         minutes = ap.approval_timeout(env.config) / 60
         said = f"(No answer within {minutes:g} min: {agent} was told no to “{q.title}”.)"
@@ -860,7 +1090,7 @@ async def _asking(
         yield builder.log(env.redact(f"approval {q.id} ({q.title}) allowed: {', '.join(q.asks())} "
                                      "is allowed for this session"))
         return
-    key = ap.conversation_key(env.ctx, adapter.platform)
+    key = env.slot.key if env.slot is not None else None
     if key is None:
         future.set_result(ap.Decision(allow=False, reason="there is no conversation to ask in"))
         yield builder.log(env.redact(f"approval {q.id} ({q.title}) denied: no conversation to ask in"), "warning")
@@ -897,7 +1127,7 @@ async def _asking(
             return
     # park: the run ends; the answer comes as a button (a new run) or a message in a later run
     parked = ap.Parked(key=key, question=q, future=future, adapter=adapter, task=task, queue=queue, gate=gate,
-                       expires_at=expires, agent=agent, index=index)
+                       expires_at=expires, agent=agent, index=index, slot=env.slot)
     ap.park(parked)
     agent_mcp.release(adapter.env)  # this run is ending: LangBot forgets it, so nothing goes out under it
     state.parked = parked
@@ -925,19 +1155,22 @@ async def _typed_wait(
         await asyncio.sleep(min(POLL_INTERVAL, left))
         env.touch()
         for follow in await steer.pull_new():
-            d = ap.parse_answer(text_of(follow), q) if not future.done() else None
             actor, actor_name = ap.actor_of(follow)
-            if d is None:
-                steer.pending.append(follow)  # answered after this turn, like any follow-up
-                if not future.done():
-                    yield builder.notice_message(
-                        "(Still waiting for an answer to the question above; your message comes next.)")
-                    builder.next_message()
-                continue
-            if not gate.may_answer(actor):
-                yield builder.notice_message(f"(Only {gate.who()} can answer this question.)")
+            d = ap.parse_answer(text_of(follow), q) if not future.done() else None
+            if d is None or not gate.may_answer(actor):
+                mine = steer.keep(follow)  # an ordinary message: answered after this turn, in its own session
+                if future.done():
+                    continue
+                if d is not None:
+                    yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
+                    said = f"(Only {gate.who()} can answer the question above; your message comes after it.)"
+                elif mine:
+                    said = "(Still waiting for an answer to the question above; your message comes next.)"
+                else:
+                    said = (f"({actor_name}: your message is answered after this, in your own session.)"
+                            if actor_name else "(That message is answered after this, in its sender's own session.)")
+                yield builder.notice_message(said)
                 builder.next_message()
-                yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
                 continue
             d.by = actor_name
             for r in _answered(env, builder, agent, q, d):

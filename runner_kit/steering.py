@@ -9,6 +9,7 @@ keeps every item it pulled until that item has been answered (or reported as una
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,16 +53,46 @@ class Steering:
     in_turn: list[Any] = field(default_factory=list)  # handed to the running turn, not answered yet
     answered: int = 0
     hold: bool = False  # a question to the chat is open: the interrupt poller leaves follow-ups alone
+    # the session a follow-up belongs to (runner_kit.sessions.key_of), and the one being answered:
+    # a follow-up of another session is kept in ``others`` and answered in that session afterwards
+    route: Callable[[Any], str | None] | None = None
+    key: str | None = None
+    others: dict[str, list[Any]] = field(default_factory=dict)
 
     @classmethod
     def for_run(cls, ctx: Any) -> Steering:
         return cls(ctx=ctx, enabled=steering_allowed(ctx))
 
     async def pull(self) -> int:
-        """Take every follow-up the host holds for this run; how many arrived."""
-        items = await self.pull_new()
-        self.pending.extend(items)
-        return len(items)
+        """Take every follow-up the host holds for this run; how many arrived for the session being
+        answered (the others wait in ``others``)."""
+        return sum(self.keep(item) for item in await self.pull_new())
+
+    def keep(self, item: Any) -> bool:
+        """File a pulled follow-up under its session; True when that is the session being answered."""
+        key = None
+        if self.route is not None:
+            try:
+                key = self.route(item)
+            except Exception as exc:  # noqa: BLE001 - an item whose sender cannot be told apart stays here
+                log.info("could not tell whose session a follow-up belongs to: %s", type(exc).__name__)
+        if key is None or key == self.key:
+            self.pending.append(item)
+            return True
+        self.others.setdefault(key, []).append(item)
+        return False
+
+    def next_session(self) -> tuple[str, list[Any]]:
+        """The next other session with follow-ups, in the order they came; it is answered now."""
+        key = next(iter(self.others))
+        self.key = key
+        return key, self.others.pop(key)
+
+    def drop_all(self) -> None:
+        """Forget every follow-up (they were named as unanswered)."""
+        self.pending.clear()
+        self.in_turn = []
+        self.others.clear()
 
     async def pull_new(self) -> list[Any]:
         """The follow-ups the host holds for this run, not yet added to ``pending`` (the caller
@@ -90,11 +121,13 @@ class Steering:
 
     def unanswered(self) -> list[str]:
         """Texts of follow-ups pulled but never answered (for the closing note)."""
-        return [text_of(i) for i in (*self.in_turn, *self.pending)]
+        return [text_of(i) for i in (*self.in_turn, *self.pending, *(i for v in self.others.values() for i in v))]
 
 
-async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> UserInput:
-    """One turn's input from a batch of follow-ups: texts joined in order, files from each."""
+async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
+                          names: bool = False) -> UserInput:
+    """One turn's input from a batch of follow-ups: texts joined in order (each after its sender's
+    name with ``names``: several people wrote), files from each."""
     texts: list[str] = []
     files: list[InputFile] = []
     skipped: list[str] = []
@@ -103,7 +136,9 @@ async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAUL
         if source is None:
             continue
         got = await collect_input(ctx, max_bytes=max_bytes, source=source)
-        if got.text.strip():
+        if names:
+            texts.append(_named(item, got.text))
+        elif got.text.strip():
             texts.append(got.text.strip())
         files.extend(got.files)
         skipped.extend(got.skipped)
@@ -113,6 +148,16 @@ async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAUL
         raw = adapter.extra.get("params")
         params = dict(raw) if isinstance(raw, dict) else {}
     return UserInput(text="\n\n".join(texts), files=files, params=params, skipped=skipped)
+
+
+def _named(item: Any, text: str) -> str:
+    actor = getattr(item, "actor", None)
+    name = getattr(actor, "actor_name", None) or getattr(actor, "actor_id", None) if actor is not None else None
+    if not name:
+        conv = getattr(item, "conversation", None)
+        name = getattr(conv, "sender_id", None) if conv is not None else None
+    who = " ".join(str(name or "someone").split())[:64]
+    return f"{who}: {text.strip()}" if text.strip() else f"{who}: (sent files)"
 
 
 def unanswered_note(texts: list[str]) -> str:
