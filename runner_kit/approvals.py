@@ -248,6 +248,16 @@ def _deny_pattern(word: str) -> re.Pattern[str]:
 _DENY_PATTERNS = [(w, _deny_pattern(w)) for w in sorted(_WORDS[DENY], key=len, reverse=True)]
 
 
+def denial_note(title: str, decision: Decision) -> str | None:
+    """What an agent whose protocol has no field for a deny reason (Codex's ``decline``, ACP's
+    outcome) is told after its turn (``RunEnv.tell_agent``) when a person denied ``title`` with a
+    reason; None for an allow, a denial without a reason, a timeout, or one nobody typed (the plugin
+    shutting down)."""
+    if decision.allow or not decision.reason or decision.timed_out or not decision.by:
+        return None
+    return f"{decision.by} denied “{title}”: {decision.reason}"
+
+
 def from_submission(submission: Any, question: Question, *, field: str = "answer") -> Decision | None:
     """A button or form answer (``ctx.input.interaction``) to ``question``; ``field`` is the id of
     the text field it was asked with (see :func:`interaction_request`), ``answer`` is also read."""

@@ -617,7 +617,8 @@ async def drive(
                     live = adapter_cls(env)
                     session_adapter = live
                     index = -1  # the batch below is this session's first turn (index 0)
-                    builder.set_preamble(f"({who}, in your own session:)\n\n")
+                    yield builder.notice_message(f"({who}, your message is answered next, in your own session.)")
+                    builder = _builder(ctx, config, multi_turn=True, slot=other)
                 env.budget()
                 batch = steer.take()
                 env.turn_actor = ap.actor_of(batch[-1]) if ap.actor_of(batch[-1])[0] else env.turn_actor

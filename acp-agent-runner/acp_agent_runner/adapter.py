@@ -595,6 +595,8 @@ class ACPAdapter(Adapter):
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         option = policy.choose_answer(options, decision.allow, decision.always)
         log.info("%s asked to %s: %s by %s", self.agent_name, question.title, decision.word, decision.by or "?")
+        if (note := ap.denial_note(question.title, decision)) is not None:
+            self.env.tell_agent(note)  # the outcome has no reason field (_meta is read by few agents)
         if option is None:
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
         meta = None

@@ -9,7 +9,10 @@ the agent's own options by its kind (never a blanket approve):
   allowed once; edits elsewhere and network fetches are rejected.
 - ``full-access``: everything is allowed once.
 - ``ask``: reads inside the workspace are allowed once like ``read-only``; anything else is asked
-  in the chat (the adapter's ``env.ask``) and the answer mapped to the agent's own option.
+  in the chat (the adapter's ``env.ask``) and the answer mapped to the agent's own option. The
+  outcome has no field for a deny reason: it goes in ``_meta.langbot.reason`` (for agents that read
+  it) and, when a person typed one, as the next turn's text in the same session
+  (:func:`runner_kit.approvals.denial_note`, ``RunEnv.tell_agent``).
 
 ``fs/read_text_file`` and ``fs/write_text_file`` only ever touch files inside the workspace (and
 writes only when the mode lets the agent write).

@@ -305,6 +305,8 @@ class CodexAdapter(Adapter):
         verdict = "allowed for this session" if d.allow and d.always else "allowed" if d.allow else "denied"
         why = f" ({d.reason})" if d.reason and not d.allow else ""
         self._events.append(ev.Log(f"Codex asked to {title}: {verdict}{why}"))
+        if (note := ap.denial_note(title, d)) is not None:  # the decline has no reason field: next turn
+            self.env.tell_agent(note)
         return self._perms.decision(method, d.allow)  # "always" is kept by the kit (see policy.py)
 
     async def _questions(self, params: dict[str, Any]) -> dict[str, Any]:

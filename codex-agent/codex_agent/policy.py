@@ -25,7 +25,8 @@ sandbox would allow them (real-peers.md §codex: ``untrusted`` asks
 the model, which runs most commands inside the sandbox without asking, so the chat would see
 little. Each request becomes one :class:`runner_kit.approvals.Question` (see :func:`question`) and
 the answer goes back as ``accept`` / ``decline`` (v1: ``approved`` / ``denied``); Codex's decline
-carries no reason field, so a deny reason stays in the chat. "Allow for this session" is kept by the
+carries no reason field, so a reason typed with a denial reaches Codex as the next turn's text in
+the same thread (:func:`runner_kit.approvals.denial_note`, ``RunEnv.tell_agent``). "Allow for this session" is kept by the
 kit and covers exactly what the question said (this command, or Codex's proposed exec-policy prefix
 for a simple command; these files inside the workspace), so Codex is told ``accept``, never
 ``acceptForSession``: its own session approval would answer later requests without the chat.

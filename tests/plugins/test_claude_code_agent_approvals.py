@@ -221,11 +221,14 @@ async def test_someone_else_cannot_answer_and_the_question_stays_open(api, host,
     runner = make_runner(PLUGIN, host)
     other = Identity(actor_id="u-2", actor_name="Mallory")
     ctx = host.make_context("make a file", steering=True, config=ask_config(api, ws))
-    out = await drive(runner, host, ctx, [("allow", other), "allow"])
+    # Mallory's "allow" is no answer to Alice's question: it is her own message, answered after
+    # Alice's turn in Mallory's own session (whose agent then asks Mallory, who says no)
+    out = await drive(runner, host, ctx, [("allow", other), "allow", ("deny", other)])
     assert rtype(terminal(out)) == "run.completed"
     assert (ws / "made.txt").exists()
-    assert [x["response"]["behavior"] for x in answers(answers_file)] == ["allow"]
+    assert [x["response"]["behavior"] for x in answers(answers_file)] == ["allow", "deny"]
     assert any("Only" in m for m in messages(out))
+    assert any(m == "(Mallory, your message is answered next, in your own session.)" for m in messages(out))
 
 
 async def test_other_modes_do_not_ask(api, host, tmp_path, answers_file):

@@ -110,10 +110,12 @@ async def test_typed_allow_once_runs_the_command(env, host):  # noqa: F811
 
 async def test_deny_declines_and_the_turn_goes_on(env, host):  # noqa: F811
     runner = make_runner(PLUGIN, host)
+    # (this once answered only the first question. The reason now comes to Codex as its next turn,
+    # on which the scripted model runs the tool again: tests/plugins/test_codex_agent_deny_reason.py.)
     out = await drive(runner, host, host.make_context("make a file", steering=True, config=ask_config(env)),
-                      ["deny: not in this repo"])
+                      ["deny: not in this repo", "deny"])
     assert rtype(terminal(out)) == "run.completed"
-    (a,) = env.events("approval")
+    a = env.events("approval")[0]
     assert a["answer"] == {"decision": "decline"}  # Codex's decline has no field for the reason
     assert not made(env)
     assert tool_done(out)[0]["error"] == "declined"
@@ -152,10 +154,14 @@ async def test_someone_else_cannot_answer_and_the_question_stays_open(env, host)
     runner = make_runner(PLUGIN, host)
     other = Identity(actor_id="u-2", actor_name="Mallory")
     ctx = host.make_context("make a file", steering=True, config=ask_config(env))
-    out = await drive(runner, host, ctx, [("allow", other), "allow"])
+    # one shared session (user-id-source conversation, the default): Mallory's "allow" is no answer
+    # to Tester's question; it is her message, the session's next turn (where the agent asks her)
+    out = await drive(runner, host, ctx, [("allow", other), "allow", ("deny", other)])
     assert rtype(terminal(out)) == "run.completed"
-    assert [e["answer"]["decision"] for e in env.events("approval")] == ["accept"]
+    decisions = [e["answer"]["decision"] for e in env.events("approval")]
+    assert decisions[0] == "accept" and len(decisions) == 2 and decisions[1] != "accept"
     assert any("Only" in m for m in messages(out))
+    assert any("your message comes after it" in m for m in messages(out))
     assert made(env)
 
 

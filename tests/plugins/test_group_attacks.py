@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from runner_kit import agent_mcp
+from runner_kit import approvals as ap
 from runners_cli.host import Identity
 from tests.fakes.model_api import FakeModelAPI
 from tests.helpers import make_runner, messages, rtype, terminal
@@ -199,25 +200,27 @@ async def test_bob_cannot_approve_or_widen_alices_parked_question(api, key, hand
     api.tool_command = "touch made.txt"
     req = await park_alices_question(runner, host, cfg)
 
-    # Bob clicks "Allow for this session", then types it, then says something friendly
-    for ctx in (click(host, cfg, BOB, req, "always"), click(host, cfg, BOB, req, "allow"),
-                host.make_context("always", interactions=True, config=cfg, identity=BOB),
-                host.make_context("no problem", interactions=True, config=cfg, identity=BOB),
-                host.make_context("不错", interactions=True, config=cfg, identity=BOB)):
+    # Bob clicks "Allow for this session", then "Allow once": refused, the question stays Alice's
+    for ctx in (click(host, cfg, BOB, req, "always"), click(host, cfg, BOB, req, "allow")):
         out = completed(await drive(runner, host, ctx))
         said = " ".join(messages(out))
         assert "Alice" in said, said
         assert not [r for r in out if rtype(r).startswith("tool.call")], "Alice's agent went on in Bob's run"
     assert not handovers, "Alice's agent (its LangBot MCP bridge) was handed to Bob's run"
+    (alices,) = [p for p in ap.PARKED.values() if p.question.id == req["interaction_id"]]
+    # then types it, and says something friendly: in his own session (user-id-source actor), his own
+    # messages, never an answer to Alice's question nor a turn of her agent
+    for text in ("always", "no problem", "不错"):
+        out = completed(await drive(runner, host, host.make_context(text, interactions=True, config=cfg,
+                                                                     identity=BOB)))
+        assert "Only Alice" not in " ".join(messages(out)), "Bob is not blocked by Alice's question"
+        assert ap.PARKED.get(alices.key) is alices and not alices.future.done(), "Alice's question is untouched"
+    handovers.clear()  # Bob's own agent, handed between Bob's own runs
 
     # the question is still Alice's, and still only what she is asked
     out = completed(await drive(runner, host, click(host, cfg, ALICE, req, "allow")))
     assert tool_output(out) is not None and said_hello(out)
     assert len(handovers) == 1
-
-    # Bob's own session: nothing was allowed for it
-    b = await typed(runner, host, cfg, BOB, [("deny", BOB)])
-    assert len(questions(b)) == 1
 
 
 def said_hello(out: list[Any]) -> bool:
