@@ -521,6 +521,11 @@ async def drive(
                     builder.on_state = hold.slot.wrote
                     steer.key = hold.slot.key
             else:
+                gone = _gone_click(ctx, env)
+                if gone is not None:  # a click for a question nobody waits on: one line, nothing started
+                    yield builder.notice_message(gone)
+                    yield builder.completed(usage)
+                    return
                 async with aclosing(_take(slot, env, builder, hold)) as waited:
                     async for r in waited:
                         yield r
@@ -1006,6 +1011,23 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     p.adapter.env = env
     env.turn_actor = (p.gate.asker, p.gate.asker_name) if p.gate.asker else env.turn_actor
     return a
+
+
+def _gone_click(ctx: RunnerContext, env: RunEnv) -> str | None:
+    """A click on a question no agent waits on, other than the one recorded for this session (that
+    one is :func:`_stale_question`'s): what to say. None when this run is no such click."""
+    submission = getattr(ctx.input, "interaction", None)
+    if submission is None:
+        return None
+    clicked = str(getattr(submission, "interaction_id", "") or "")
+    record = (ctx.state.conversation or {}).get(env.pending_key)
+    if isinstance(record, dict) and str(record.get("id") or "") == clicked and (
+            env.slot is None or env.slot.parked is None):
+        return None  # the recorded question, whose agent is gone: _stale_question says so and clears it
+    by = ap.ANSWERED.get(clicked)
+    if by is not None:
+        return f"(That question was already answered{f' by {by}' if by else ''}.)"
+    return "(That question is no longer waiting: the agent was restarted or it expired. Send your request again.)"
 
 
 def _stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[str, bool] | None:

@@ -321,3 +321,20 @@ async def test_per_person_a_follow_up_for_a_session_that_waits_on_its_own_questi
     done = await collect(runner, host, host.make_context("allow", identity=BOB))
     assert turns_of(cls, "user_bob") == ["ask: clean", "Bob: and the docs too"]
     assert messages(done)[-1] == "user_bob got: Bob: and the docs too"
+
+
+async def test_a_stale_click_while_the_session_waits_on_a_newer_question_answers_at_once():
+    runner, host, cls = make()
+    first = await collect(runner, host, host.make_context("ask: clean", identity=ALICE, interactions=True))
+    click = {"interaction_id": question_id(first), "action_id": "allow"}
+    await collect(runner, host, host.make_context("", identity=ALICE, interaction=click))
+    await collect(runner, host, host.make_context("ask: again", identity=ALICE, interactions=True))
+    (newer,) = ap.PARKED.values()
+    again = await asyncio.wait_for(
+        collect(runner, host, host.make_context("", identity=ALICE, interaction=click)), 0.5)
+    assert messages(again) == ["(That question was already answered by Alice.)"]
+    assert list(ap.PARKED.values()) == [newer] and not newer.future.done()
+    unknown = {"interaction_id": "ask-0000000000000000", "action_id": "allow"}
+    out = await asyncio.wait_for(collect(runner, host, host.make_context("", identity=BOB, interaction=unknown)), 0.5)
+    assert "no longer waiting" in messages(out)[0]
+    assert list(ap.PARKED.values()) == [newer]
