@@ -23,6 +23,7 @@ import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, ClassVar
 
@@ -105,6 +106,8 @@ class RunEnv:
         # what the agent must still be told after its turn, where its protocol had no place for it
         # (a denial's reason): sent as the next turn's text in the same session (:meth:`tell_agent`)
         self.agent_notes: list[str] = []
+        # a single-turn platform's own message before kept ones were merged in (runner_kit.pending)
+        self.pending_own_input: UserInput | None = None
 
     def refresh(self) -> None:
         """Read the session's id and approvals again, after the state snapshot caught up with what
@@ -391,7 +394,9 @@ def _find_parked(ctx: RunnerContext, platform: str, slot: sessions.Slot | None, 
     actor = ap.actor_of(ctx)[0]
     if actor and inp.text and not inp.files:
         for p in ap.waiting_in(conv):
-            if actor in p.gate.listed and ap.parse_answer(inp.text, p.question) is not None:
+            # typed from the approver's own session: only a reply that names a choice, never free
+            # text (their own message to their own session is no answer to someone else's question)
+            if actor in p.gate.listed and ap.parse_answer(inp.text, replace(p.question, free_text=False)) is not None:
                 return ap.claim(p.key)
     return None
 

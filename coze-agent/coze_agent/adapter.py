@@ -112,6 +112,8 @@ class CozeAdapter(Adapter):
         self._done = False
         self._unknown: set[str] = set()
         self._submitted_refusal = False  # a JSON envelope instead of a stream (read by _submit)
+        # kept per session like the conversation id: in a shared conversation only the asker (or an
+        # approver) answers, and everyone else's messages wait for the chat it paused to go on
         self.pending = PendingAction(env, const.PENDING_KEY, "Coze bot's question")
 
     # --- request building ----------------------------------------------------------------------
@@ -183,10 +185,26 @@ class CozeAdapter(Adapter):
             yield item
         if res.answer is not None and res.record is not None:
             async for item in self._submit(res.record, res.answer):
-                yield item
+                if not (self.pending.foreign and isinstance(item, ev.SessionId)):
+                    yield item  # (an approver answering for another member: that conversation is theirs)
+            if res.kept and self.pending.record() is None:
+                # what others wrote while the question was open, now that the chat it paused is
+                # over: as one new chat in the same conversation (it could not go there before, see
+                # runner_kit.pending); a new question right away keeps them kept for after that one
+                yield self.pending.kept_sent()
+                yield ev.Text(self.pending.kept_note(res.kept))
+                self.env.input = self.pending.kept_input(res.kept)
+                async for item in self._chat():
+                    yield item
             return
         if not res.go_on:
             return
+        async for item in self._chat():
+            yield item
+
+    async def _chat(self) -> AsyncIterator[ev.Event]:
+        """``POST /v3/chat`` with this run's message, streamed."""
+        self._done = False
         body, query = await self._request()
         sent_conversation = self.sent_conversation = bool(query)
 

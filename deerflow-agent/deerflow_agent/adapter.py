@@ -20,9 +20,16 @@ comments every 5 s, ends by closing; DeerFlow: LF, heartbeats, a final ``event: 
 
 Only ``messages`` tuples give answer text (``values`` is read for which ids are old, for interrupts,
 and as the last resort when a run streamed no message at all). An interrupt's question ends the run
-as its answer and is remembered, so the next message resumes the thread with
-``command: {"resume": <text>}``. DeerFlow's own clarifying question (its ``ask_clarification`` tool,
-ended by ClarificationMiddleware) arrives as a ``tool`` message and is shown as the answer.
+as its answer and is kept for this session (:mod:`runner_kit.pending`, under
+``deerflow.pending-interrupt`` made per session like the thread id): the asker's (or an approver's)
+next message resumes the thread with ``command: {"resume": <text>}``, after ``GET
+/threads/{id}/state`` says the interrupt still waits (answered in DeerFlow's own UI meanwhile, the
+reply goes as an ordinary message with a one-line note). In a shared thread (the default,
+``user-id-source: conversation``) anyone else's message is kept and sent right after the question
+is settled: a run with new input on an interrupted thread would drop the interrupt (LangGraph starts
+the graph afresh; seen on ``langgraph dev``). DeerFlow's own clarifying question (its
+``ask_clarification`` tool, ended by ClarificationMiddleware) arrives as a ``tool`` message and is
+shown as the answer.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url, finish_body, open_stream, read_json, shown_url, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
+from runner_kit.pending import PendingAction
 from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter
 from runner_kit.streams import SSEEvent, iter_sse
 from runner_kit.usage import usage_from
@@ -72,8 +80,9 @@ def api_location(raw: object) -> tuple[str, tuple[str, ...]]:
 
 
 def stored_thread(value: Any) -> tuple[str | None, dict[str, Any] | None]:
-    """The state value: a thread id, or ``{"thread_id", "interrupts", "question"}`` while a graph
-    interrupt waits for the user's answer."""
+    """The state value: a thread id, or (kept by versions before the question moved to
+    :mod:`runner_kit.pending`) ``{"thread_id", "interrupts", "question"}`` while a graph interrupt
+    waited for an answer."""
     if isinstance(value, str) and value:
         return value, None
     if isinstance(value, dict) and isinstance(value.get("thread_id"), str) and value["thread_id"]:
@@ -131,6 +140,8 @@ class DeerFlowAdapter(Adapter):
             self.headers["x-api-key"] = key  # LangGraph Platform's header
         self.thread_id: str | None = None
         self.run_id: str | None = None
+        # a graph interrupt waiting for the person who asked, kept per session like the thread id
+        self.pending = PendingAction(env, const.PENDING_KEY, "DeerFlow question")
         self._done = False
         self._unknown: set[str] = set()
 
@@ -244,7 +255,7 @@ class DeerFlowAdapter(Adapter):
             ctx["model_name"] = model
         return ctx
 
-    async def _body(self, pending: dict[str, Any] | None) -> tuple[dict[str, Any], list[str]]:
+    async def _body(self, resume: list[str] | None) -> tuple[dict[str, Any], list[str]]:
         body: dict[str, Any] = {
             "assistant_id": self.assistant,
             "stream_mode": list(const.STREAM_MODES),
@@ -255,28 +266,113 @@ class DeerFlowAdapter(Adapter):
             "multitask_strategy": "reject",
             "on_disconnect": "cancel",
         }
-        if pending is not None:
+        if resume is not None:  # a typed answer (a message with files is never one: runner_kit.pending)
             text = self.env.input.text
-            ids = [str(i) for i in pending["interrupts"] if i]
+            ids = [i for i in resume if i]
             body["command"] = {"resume": {i: text for i in ids} if len(ids) > 1 else text}
-            return body, [f.name for f in self.env.input.files]
+            return body, []
         msg, skipped = await self._message()
         body["input"] = {"messages": [msg]}
         return body, skipped
 
+    # --- the question an interrupt asks ----------------------------------------------------------
+
+    def _read_typed(self, text: str) -> str | None:
+        """Whatever the asker types next is the value the interrupt resumes with."""
+        return text if text.strip() else None
+
+    async def _waiting(self, thread_id: str) -> set[str] | bool | None:
+        """What the thread waits on now (``GET /threads/{id}/state``): the ids of its interrupts
+        where the server lists them (LangGraph: ``interrupts``, and each task's), else whether the
+        graph waits at all (DeerFlow's gateway lists tasks without interrupts: ``next``); None when
+        the state cannot be read (the answer then goes as a resume, as the thread was left)."""
+        path = const.STATE_PATH.format(thread_id=quote(thread_id, safe=""))
+        try:
+            async with self._open("GET", path, map_http) as resp:
+                doc = await read_json(resp, self.platform)
+        except (RunnerError, httpx.HTTPError) as exc:
+            log.info("%s: could not read the state of thread %s (%s); resuming as asked", self.platform,
+                     thread_id, str(exc)[:200])
+            return None
+        if not isinstance(doc, dict):
+            return None
+        tasks = [t for t in doc.get("tasks") or [] if isinstance(t, dict)] if isinstance(doc.get("tasks"), list) else []
+        groups = [g for g in (doc.get("interrupts"), *(t.get("interrupts") for t in tasks)) if isinstance(g, list)]
+        if groups:
+            return {str(i.get("id") or "") for g in groups for i in g if isinstance(i, dict)}
+        if isinstance(doc.get("next"), list):
+            return bool(doc["next"])
+        return None
+
+    async def _still_asked(self, record: dict[str, Any], thread_id: str) -> tuple[list[str] | None, str]:
+        """``(interrupt ids to resume, "")``, or ``(None, why)`` when nothing of the question waits
+        any more and the answer must go as an ordinary message (a resume would run nothing: the
+        server answers it with the thread's values unchanged)."""
+        ids = [str(i) for i in record.get("interrupts") or []]
+        if record.get("thread_id") and record["thread_id"] != thread_id:
+            return None, "its thread is gone"
+        waiting = await self._waiting(thread_id)
+        elsewhere = "it was answered elsewhere (in DeerFlow itself?)"
+        if waiting is None:
+            return ids, ""
+        if isinstance(waiting, bool):
+            return (ids, "") if waiting else (None, elsewhere)
+        live = [i for i in ids if i in waiting] if any(ids) else (ids if waiting else [])
+        return (live, "") if live else (None, elsewhere)
+
     # --- streaming -------------------------------------------------------------------------------
 
     async def stream(self) -> AsyncIterator[ev.Event]:
-        thread_id, pending = stored_thread(self.env.session.current)
+        thread_id, legacy = stored_thread(self.env.session.current)
+        if legacy is not None and self.pending.record() is None:  # kept in the thread's value before
+            self.pending.adopt({"thread_id": thread_id, "interrupts": legacy["interrupts"],
+                                "title": str(legacy.get("question") or "").strip().split("\n")[0][:120]})
+        res = self.pending.resolve(lambda _submission: None, self._read_typed)
+        for item in res.events:
+            yield item
+        if res.answer is None and not res.go_on:
+            return
+        if self.pending.foreign and res.record is not None:  # an approver answering another member's
+            thread_id = str(res.record.get("thread_id") or "") or None  # question: it is in their thread
         stored = thread_id is not None
         if thread_id is None:
             thread_id = await self._create_thread()
         self.thread_id = thread_id
-        body, skipped = await self._body(pending)
+        resume: list[str] | None = None
+        kept = res.kept
+        if res.answer is not None and res.record is not None:
+            resume, why = await self._still_asked(res.record, thread_id)
+            if resume is None:
+                what = self.pending.what(res.record)
+                log.info("%s: %s no longer waits (%s); the reply goes as a new message", self.platform,
+                         res.record["id"], why)
+                yield self.pending.gone()
+                yield ev.Text(f"({what[:1].upper() + what[1:]} no longer waits for an answer: {why}; your reply "
+                              "was sent as a new message.)\n\n")
+                if kept:
+                    yield self.pending.kept_sent()
+                    self.env.input = self.pending.with_kept(kept)
+                    kept = []
+        async for item in self._run(thread_id, stored, resume):
+            if not (self.pending.foreign and isinstance(item, ev.SessionId)):
+                yield item  # (that thread is the other member's, not this session's)
+        if kept and self.pending.record() is None:
+            # what others wrote while the question was open, now that it is answered: a new run on
+            # the thread (before, it would have dropped the interrupt: runner_kit.pending)
+            yield self.pending.kept_sent()
+            yield ev.Text(self.pending.kept_note(kept))
+            self.env.input = self.pending.kept_input(kept)
+            async for item in self._run(thread_id, True, None):
+                yield item
+
+    async def _run(self, thread_id: str, stored: bool, resume: list[str] | None) -> AsyncIterator[ev.Event]:
+        """One run on the thread: this run's message, or the answer to the interrupts ``resume``."""
+        self.run_id = None
+        self._done = False
+        body, skipped = await self._body(resume)
         note: list[ev.Event] = []
         if skipped:
-            why = ("they are ignored when answering a question the agent asked" if pending is not None else
-                   "only images can be passed to this server" if self.prefix not in
+            why = ("only images can be passed to this server" if self.prefix not in
                    (const.NGINX_PREFIX, const.GATEWAY_PREFIX) else "they were only links")
             names = ", ".join(repr(n) for n in skipped)
             note = [ev.Log(f"files not sent to {self.platform}: {names} ({why})", "warning"),
@@ -288,13 +384,15 @@ class DeerFlowAdapter(Adapter):
                 return SessionMissing() if stored else assistant_missing(self.assistant)
             return map_http(status, raw, ctype)
 
-        st = _Run({str(i) for i in (pending or {}).get("interrupts", [])})
-        st.check_kept = stored and pending is None
+        st = _Run(set(resume or ()))
+        st.check_kept = stored and resume is None
         path = const.RUN_STREAM_PATH.format(thread_id=quote(thread_id, safe=""))
         async with self._open("POST", path, on_error, json=body) as resp:
             self.run_id = _run_id(resp.headers.get("content-location"))
             if not stored:  # kept once a run started in it, so a kept thread never is empty
                 yield ev.SessionId(thread_id)
+            if resume is not None:  # the server took the answer: the question is settled
+                yield self.pending.done()
             for item in note:  # only now: a stored thread found gone is retried before any output
                 yield item
             ctype = resp.headers.get("content-type", "").lower()
@@ -314,7 +412,7 @@ class DeerFlowAdapter(Adapter):
             if st.ended:
                 await finish_body(events)  # lets the connection be reused
         self._done = True
-        for item in self._finish(st, pending is not None):
+        for item in self._finish(st):
             yield item
 
     def _map(self, sse: SSEEvent, st: _Run) -> list[ev.Event]:
@@ -487,7 +585,7 @@ class DeerFlowAdapter(Adapter):
         error = None if status is None else f"subagent task {status}: {data.get('error') or ''}".rstrip(": ")
         return out + self._complete(st, call_id, "task", data.get("result"), error)
 
-    def _finish(self, st: _Run, resumed: bool) -> list[ev.Event]:
+    def _finish(self, st: _Run) -> list[ev.Event]:
         if not st.events:
             raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
         out = self._flush_calls(st)
@@ -506,18 +604,22 @@ class DeerFlowAdapter(Adapter):
             if kind(msg) == "ai" and msg.get("id") and str(msg["id"]) not in st.usage and isinstance(
                     msg.get("usage_metadata"), dict):
                 st.usage[str(msg["id"])] = msg["usage_metadata"]
-        asks = [q for q in (st.clarification, *(question_text(i.get("value")) for i in st.interrupts)) if q]
-        if asks:
-            out.append(ev.Text(("\n\n" if st.any_text else "") + "\n\n".join(asks)))
         for usage in st.usage.values():
             if (u := usage_from(usage, prompt="input_tokens", completion="output_tokens")) is not None:
                 out.append(u)
+        questions = [q for q in (question_text(i.get("value")) for i in st.interrupts) if q]
+        asks = [q for q in (st.clarification, *questions) if q]
+        text = ("\n\n" if st.any_text else "") + "\n\n".join(asks)
+        out.append(ev.SessionId(self.thread_id))  # a value kept by an older version becomes the id again
         if st.interrupts:
+            # the graph waits: the question is kept for this session, answered by its asker (or an
+            # approver) with the next message; anyone else's is kept until then (runner_kit.pending)
             ids = [str(i.get("id") or "") for i in st.interrupts]
-            out.append(ev.SessionId({"thread_id": self.thread_id, "interrupts": ids,
-                                     "question": "\n\n".join(a for a in asks)[:2000]}))
-        elif resumed:
-            out.append(ev.SessionId(self.thread_id))  # the interrupt was answered
+            title = (questions[0] if questions else "").strip().split("\n")[0][:120]
+            out += self.pending.ask({"thread_id": self.thread_id, "interrupts": ids, "title": title},
+                                    text=text, expires_at=None)
+        elif asks:
+            out.append(ev.Text(text))
         return out
 
     @staticmethod

@@ -13,6 +13,9 @@ PROBE_ORDER = (NGINX_PREFIX, "", GATEWAY_PREFIX)
 THREADS_PATH = "/threads"
 RUN_STREAM_PATH = "/threads/{thread_id}/runs/stream"
 CANCEL_PATH = "/threads/{thread_id}/runs/{run_id}/cancel"
+STATE_PATH = "/threads/{thread_id}/state"  # what the thread waits on (its interrupts)
+# conversation state, per session like the thread id: the interrupt waiting for its asker's answer
+PENDING_KEY = "deerflow.pending-interrupt"
 # DeerFlow only (gateway route, also reachable through nginx): files into the thread's workspace
 UPLOAD_PATH = "/api/threads/{thread_id}/uploads"
 

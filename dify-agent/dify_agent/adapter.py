@@ -66,6 +66,8 @@ class DifyAdapter(Adapter):
         self.task_id: str | None = None
         self._done = False
         self._unknown: set[str] = set()
+        # kept per session like the conversation id: in a shared conversation only the asker (or an
+        # approver) answers, and everyone else's messages wait until the form is settled
         self.pending = PendingAction(env, const.PENDING_KEY, "Dify form")
 
     # --- request building ----------------------------------------------------------------------
@@ -140,10 +142,25 @@ class DifyAdapter(Adapter):
             yield item
         if res.answer is not None and res.record is not None:
             async for item in self._submit(res.record, *res.answer):
-                yield item
+                if not (self.pending.foreign and isinstance(item, ev.SessionId)):
+                    yield item  # (an approver answering for another member: that conversation is theirs)
+            if res.kept and self.pending.record() is None:
+                # what others wrote while the form was open, now that its run went on: as one
+                # ordinary message (see runner_kit.pending); a new form right away keeps them kept
+                yield self.pending.kept_sent()
+                yield ev.Text(self.pending.kept_note(res.kept))
+                self.env.input = self.pending.kept_input(res.kept)
+                async for item in self._send():
+                    yield item
             return
         if not res.go_on:
             return
+        async for item in self._send():
+            yield item
+
+    async def _send(self) -> AsyncIterator[ev.Event]:
+        """This run's message as a chat message (or a workflow run), streamed."""
+        self._done = False
         url, body = await self._request()
         # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
         # (a proxy page, a wrong route) is an ordinary error and the id is kept
@@ -404,7 +421,7 @@ class DifyAdapter(Adapter):
                 await read_bounded(resp, MAX_JSON_BODY, self.platform)
         except RunnerError:
             if gone:  # nothing left to answer: the form is dropped
-                yield self.pending.done()
+                yield self.pending.gone()
                 yield ev.Text(gone[0])
                 return
             raise  # the form stays pending: the same answer may be sent again

@@ -22,7 +22,12 @@ Both: ``Content-Location: /threads/{tid}/runs/{run_id}`` and no ``Location`` (th
 LangGraph SDK reconnect), ``{"detail": …}`` errors, 404 ``Thread or assistant not found.`` (LangGraph:
 an unknown thread or assistant UUID; an unknown graph name is 422), 409 for a busy thread, FastAPI's ``{"detail":"Not Found"}`` for unknown routes, threads keep the whole
 history (every ``values`` event carries it), ``interrupt`` / ``clarification`` scenarios, subagent
-``custom`` task events, cancel.
+``custom`` task events, cancel. Interrupts as ``langgraph dev`` 0.16 handles them (seen there): the
+thread's state lists them (``interrupts`` and each task's; DeerFlow's gateway only ``next`` and
+tasks without interrupts); a run with new input on an interrupted
+thread drops the interrupt and runs the graph from the start; a resume with no interrupt waiting
+runs nothing (only ``values``, unchanged); :meth:`FakeDeerFlow.answer_interrupt` answers one as
+DeerFlow's own UI would.
 """
 
 from __future__ import annotations
@@ -162,6 +167,13 @@ class FakeDeerFlow(FakeHTTPServer):
         ``creates_unknown_threads`` DeerFlow silently starts it again, empty."""
         self.threads.clear()
 
+    def answer_interrupt(self, thread_id: str, value: Any) -> None:
+        """The thread's interrupt is answered elsewhere (DeerFlow's own web UI resumed it)."""
+        thread = self.threads[thread_id]
+        thread.interrupt = None
+        thread.messages.append({"content": f"you said: {value}", "additional_kwargs": {}, "response_metadata": {},
+                                "type": "ai", "name": None, "id": str(uuid.uuid4())})
+
     def stream_requests(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and r.path.endswith("/runs/stream")]
 
@@ -213,13 +225,23 @@ class FakeDeerFlow(FakeHTTPServer):
                               "metadata": meta, "status": "idle", "config": {}, "values": None, "interrupts": {}})
 
     async def _state(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
         thread = self.threads.get(req.path_params["tid"])
         if thread is None:
             await self._detail(resp, 404, f"Thread with ID {req.path_params['tid']} not found")
             return
         interrupts = [thread.interrupt] if thread.interrupt else []
+        task = {"id": str(uuid.uuid4()), "name": "ask"}
+        if self.flavor == "deerflow":
+            # DeerFlow's gateway (app/gateway/routers/threads.py get_thread_state): tasks are only
+            # {id, name}, no interrupts anywhere; ``next`` says whether the graph waits
+            await resp.json(200, {"values": {"messages": thread.messages}, "next": ["ask"] if interrupts else [],
+                                  "metadata": {}, "tasks": [task] if interrupts else []})
+            return
         await resp.json(200, {"values": {"messages": thread.messages}, "next": ["ask"] if interrupts else [],
-                              "tasks": [{"interrupts": interrupts}] if interrupts else []})
+                              "tasks": [{**task, "interrupts": interrupts}] if interrupts else [],
+                              "interrupts": interrupts})
 
     async def _upload(self, req: Request, resp: Response) -> None:
         if not await self._auth(req, resp):
@@ -431,7 +453,17 @@ class FakeDeerFlow(FakeHTTPServer):
                 answer = answer.get(thread.interrupt["id"], "")
             thread.interrupt = None
             s.tokens = [f"you said: {answer}"]
-        elif command is None:
+        elif command is not None:
+            # as langgraph dev: a resume with no interrupt waiting runs nothing; the thread's values
+            # come back unchanged and the run ends
+            await run.values()
+            if self.flavor == "deerflow":
+                await run.event("end", None)
+            return
+        else:
+            # as langgraph dev: new input on an interrupted thread drops the interrupt and starts
+            # the graph again from the start with the message appended
+            thread.interrupt = None
             for msg in body["input"]["messages"]:
                 thread.messages.append({"content": msg.get("content"), "additional_kwargs": msg.get(
                     "additional_kwargs") or {}, "response_metadata": {}, "type": "human", "name": None,

@@ -200,6 +200,43 @@ def test_interrupt_then_resume(lg):
     assert "".join(d[0]["content"] for n, d in got if n == "messages") == "you said: Paris"
 
 
+def test_interrupts_as_langgraph_dev_handles_them(lg):
+    """What tests/real_peers/test_langgraph_real.py sees on the real server: the state lists the
+    interrupt (top level and in its task, shaped like 35-ask-thread-state-interrupted.http); new
+    input drops it; a resume with nothing waiting runs nothing."""
+    tid = thread(lg)
+    lg.interrupt_value = {"question": "Which city?"}
+    stream(lg, tid, body={**RUN, "assistant_id": "agent"})
+    lg.interrupt_value = None
+    state = httpx.get(f"{lg.root_url}/threads/{tid}/state").json()
+    _, _, _, real = split_transcript((REAL / "35-ask-thread-state-interrupted.http").read_bytes())
+    assert {"values", "next", "tasks", "interrupts"} <= set(json.loads(real)) and {"values", "next", "tasks",
+                                                                                  "interrupts"} <= set(state)
+    first = state["interrupts"][0]["id"]
+    assert state["next"] and state["tasks"][0]["interrupts"][0]["id"] == first
+    stream(lg, tid, body={**RUN, "assistant_id": "agent", "input": {"messages": [{"role": "user", "content": "lol"}]}})
+    state = httpx.get(f"{lg.root_url}/threads/{tid}/state").json()
+    assert state["interrupts"] == [] and state["next"] == [], "new input dropped the interrupt"
+    before = state["values"]["messages"]
+    got = sse(stream(lg, tid, body={"assistant_id": "agent", "command": {"resume": "Paris"},
+                                    "stream_mode": ["values", "messages-tuple"]}).content, "\r\n")
+    assert [n for n, _ in got] == ["metadata", "values"], "a resume with nothing waiting runs nothing"
+    assert httpx.get(f"{lg.root_url}/threads/{tid}/state").json()["values"]["messages"] == before
+
+
+def test_deerflow_state_says_only_whether_the_graph_waits(srv):
+    tid = thread(srv, headers=AUTH)
+    srv.interrupt_value = {"question": "Delete 3 files?"}
+    stream(srv, tid, headers=AUTH)
+    srv.interrupt_value = None
+    assert httpx.get(f"{srv.root_url}/api/langgraph/threads/{tid}/state").status_code == 401
+    state = httpx.get(f"{srv.root_url}/api/langgraph/threads/{tid}/state", headers=AUTH).json()
+    assert state["next"] and "interrupts" not in state and all(set(t) == {"id", "name"} for t in state["tasks"])
+    srv.answer_interrupt(tid, "yes")  # as DeerFlow's own UI would
+    state = httpx.get(f"{srv.root_url}/api/threads/{tid}/state", headers=AUTH).json()
+    assert state["next"] == [] and state["tasks"] == []
+
+
 def test_tool_subagent_and_clarification_scenarios(srv):
     tid = thread(srv, headers=AUTH)
     srv.tool_call = srv.subagent = True

@@ -32,7 +32,12 @@ def cfg(srv, **extra):
 
 
 def pending(results):
-    return state_updates(results).get(PENDING)
+    """The question record a run stored (under its session's key: runner_kit.pending)."""
+    return next((v for k, v in state_updates(results).items() if k.startswith(PENDING)), None)
+
+
+def touched(results) -> bool:
+    return any(k.startswith(PENDING) for k in state_updates(results))
 
 
 async def test_buttons_then_click_streams_the_rest(srv, host, runner):
@@ -52,7 +57,7 @@ async def test_buttons_then_click_streams_the_rest(srv, host, runner):
     assert rtype(terminal(r2)) == "run.completed"
     assert final_text(r2) == "It is 14:05 in Berlin."
     assert srv.tool_outputs == [{"tool_call_id": record["tool_calls"][0], "output": "Paris"}]
-    assert pending(r2) is None and PENDING in state_updates(r2)  # cleared
+    assert (pending(r2) or {}).get("id") is None and touched(r2)  # cleared
     # the call went to the chat that paused
     assert srv.chats[record["chat_id"]].status == "completed"
 
@@ -96,7 +101,7 @@ async def test_non_answer_message_while_pending_goes_on(srv, host, runner):
     text = final_text(r2)
     assert "left unanswered" in text and text.endswith("Hello, world!")
     assert srv.tool_outputs == [] and len(srv.chat_requests()) == 2
-    assert PENDING in state_updates(r2) and pending(r2) is None
+    assert touched(r2) and (pending(r2) or {}).get("id") is None
 
 
 async def test_click_for_unknown_id_is_one_line(srv, host, runner):
@@ -115,7 +120,7 @@ async def test_click_after_expiry_is_one_line(srv, host, runner):
     r2 = await run(runner, host, "submitted", config=cfg(srv), interactions=True,
                    interaction={"interaction_id": record["id"], "values": {"answer": "x"}})
     assert final_text(r2).startswith("(The Coze bot's question “") and "expired before it was answered" in final_text(r2)
-    assert srv.tool_outputs == [] and pending(r2) is None
+    assert srv.tool_outputs == [] and (pending(r2) or {}).get("id") is None
 
 
 async def test_typed_message_after_expiry_is_sent_as_usual(srv, host, runner):
@@ -149,18 +154,34 @@ async def test_submit_unknown_chat_is_a_clear_failure(srv, host, runner):
     assert "did not take the answer" in message and "4001" in message and code.startswith("upstream.")
 
 
-async def test_only_the_asker_answers(srv, host, runner):
+async def test_in_own_sessions_someone_else_talks_in_their_own_conversation(srv, host, runner):
+    # user-id-source actor (the default): Alice's question is in Alice's Coze conversation only
     alice, bob = Identity(actor_id="alice", actor_name="Alice"), Identity(actor_id="bob", actor_name="Bob")
-    await run(runner, host, "time?", config=cfg(srv), identity=alice)
+    r1 = await run(runner, host, "time?", config=cfg(srv), identity=alice)
+    srv.requires_action = False
     r2 = await run(runner, host, "13:00", config=cfg(srv), identity=bob)
-    assert "Only Alice" in final_text(r2) and srv.tool_outputs == []
+    assert final_text(r2) == "Hello, world!" and srv.tool_outputs == []
+    assert srv.chat_requests()[-1].json()["user_id"] == "user_bob"
+    assert srv.chat_requests()[-1].query.get("conversation_id") != pending(r1)["conversation_id"]
     r3 = await run(runner, host, "14:05", config=cfg(srv), identity=alice)
     assert final_text(r3) == "It is 14:05 in Berlin."
 
 
 async def test_an_approver_may_answer_for_the_asker(srv, host, runner):
     alice, bob = Identity(actor_id="alice", actor_name="Alice"), Identity(actor_id="bob", actor_name="Bob")
-    conf = cfg(srv, **{"advanced-settings": True, "approvers": ["bob"]})
+    conf = cfg(srv, **{"advanced-settings": True, "approvers": ["bob"], "user-id-source": "conversation"})
     await run(runner, host, "time?", config=conf, identity=alice)
     r2 = await run(runner, host, "14:05", config=conf, identity=bob)
     assert final_text(r2) == "It is 14:05 in Berlin." and srv.tool_outputs[0]["output"] == "14:05"
+
+
+async def test_a_replayed_click_on_an_answered_question_says_so(srv, host, runner):
+    r1 = await run(runner, host, "time?", config=cfg(srv), interactions=True)
+    record = pending(r1)
+    r2 = await run(runner, host, "14:05", config=cfg(srv), interactions=True)  # typed: the buttons stay
+    assert final_text(r2) == "It is 14:05 in Berlin."
+    r3 = await run(runner, host, "submitted", config=cfg(srv), interactions=True,
+                   interaction={"interaction_id": record["id"], "values": {"answer": "15:00"}})
+    assert final_text(r3) == "(The Coze bot's question “the result of the client-side function get_local_time” was " \
+                             "already answered by Tester.)"
+    assert len(srv.tool_outputs) == 1

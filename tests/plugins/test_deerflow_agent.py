@@ -17,6 +17,7 @@ from tests.helpers import deltas, failure, final_text, rtype, run, state_updates
 PLUGIN = "deerflow-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "df-pat-plugin-test-token"
 THREAD = "deerflow.thread_id"  # the default identity (one thread per LangBot conversation) keeps it here
+PENDING = "deerflow.pending-interrupt"  # an interrupt waiting for its asker (runner_kit.pending)
 ANSWER = "Hello from the fake agent."
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
 
@@ -184,15 +185,18 @@ async def test_interrupt_asks_the_question_and_the_next_message_resumes(srv, hos
     first = await run(runner, host, "weather?", config=cfg(srv))
     assert rtype(terminal(first)) == "run.completed"
     assert final_text(first) == "Which city?\n\n1. Paris\n2. Berlin"
-    stored = state_updates(first)[THREAD]
-    tid = stored["thread_id"]
-    assert stored["interrupts"] == [srv.threads[tid].interrupt["id"]]
+    tid = state_updates(first)[THREAD]
+    (question,) = [v for k, v in state_updates(first).items() if k.startswith(PENDING)]
+    assert question["thread_id"] == tid and question["interrupts"] == [srv.threads[tid].interrupt["id"]]
+    assert question["title"] == "Which city?" and question["actor"] == "u-1"
     srv.interrupt_value = None
     second = await run(runner, host, "Paris", config=cfg(srv))
     assert final_text(second) == "you said: Paris"
     body = srv.stream_requests()[1].json()
     assert body["command"] == {"resume": "Paris"} and "input" not in body
-    assert state_updates(second) == {THREAD: tid}, "answered: only the thread id is kept again"
+    (settled,) = [v for k, v in state_updates(second).items() if k.startswith(PENDING)]
+    assert "id" not in settled and settled["answered"][0]["id"] == question["id"], "answered: no question is open"
+    assert THREAD not in state_updates(second), "the thread id stays as it was"
     third = await run(runner, host, "thanks", config=cfg(srv))
     assert "input" in srv.stream_requests()[2].json() and final_text(third) == ANSWER
 

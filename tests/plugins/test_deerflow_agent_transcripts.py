@@ -49,15 +49,26 @@ def real(name: str, delay: float = 0.0) -> Reply:
                  sizes=sizes, delay=delay)
 
 
-def deerflow(*replies: Reply, thread: Reply | None = None) -> ReplayServer:
-    return ReplayServer({f"POST {DF}/threads": thread or df("create_thread.json"),
-                         f"POST {DF}/threads/{{tid}}/runs/stream": list(replies),
-                         "POST /api/threads/{tid}/uploads": df("upload.json")})
+def deerflow(*replies: Reply, thread: Reply | None = None, state: Reply | None = None) -> ReplayServer:
+    routes = {f"POST {DF}/threads": thread or df("create_thread.json"),
+              f"POST {DF}/threads/{{tid}}/runs/stream": list(replies),
+              "POST /api/threads/{tid}/uploads": df("upload.json")}
+    if state is not None:
+        routes[f"GET {DF}/threads/{{tid}}/state"] = state
+    return ReplayServer(routes)
 
 
-def langgraph(*replies: Reply) -> LangGraphReplay:
-    return LangGraphReplay({"POST /threads": real("01-create-thread.http"),
-                            "POST /threads/{tid}/runs/stream": list(replies)})
+def langgraph(*replies: Reply, state: Reply | None = None) -> LangGraphReplay:
+    routes = {"POST /threads": real("01-create-thread.http"), "POST /threads/{tid}/runs/stream": list(replies)}
+    if state is not None:
+        routes["GET /threads/{tid}/state"] = state
+    return LangGraphReplay(routes)
+
+
+def question(results):
+    """The open question a run kept (runner_kit.pending), or None."""
+    value = next((v for k, v in state_updates(results).items() if k.startswith("deerflow.pending-interrupt")), None)
+    return value if (value or {}).get("id") else None
 
 
 def steps(results):
@@ -107,15 +118,17 @@ async def test_clarification_question_is_the_answer(host, runner):
 
 
 async def test_resume_after_an_interrupt(host, runner):
-    with deerflow(df("interrupt.stream"), df("resume.stream")) as srv:
+    with deerflow(df("interrupt.stream"), df("resume.stream"), state=df("thread_state_interrupted.json")) as srv:
         first = await run(runner, host, "research DeerFlow", config={"api-base": srv.root_url})
         assert final_text(first) == "Proceed with the research plan?\n\n1. yes\n2. no"
         second = await run(runner, host, "yes", config={"api-base": srv.root_url})
         body = srv.requests[-1].json()
-    assert state_updates(first)[THREAD]["interrupts"] == ["e9b2c7d1a0f34b6c8d2e1f0a9b8c7d6e"]
+        checked = srv.served[f"GET {DF}/threads/{{tid}}/state"]
+    assert question(first)["interrupts"] == ["e9b2c7d1a0f34b6c8d2e1f0a9b8c7d6e"]
+    assert checked == 1, "the thread's state was read before resuming (DeerFlow: its next step waits)"
     assert body["command"] == {"resume": "yes"} and "input" not in body
     assert final_text(second) == "Starting the research."
-    assert state_updates(second) == {THREAD: "2f1d8c9e-4b7a-4e21-8f3c-5a6b7c8d9e0f"}
+    assert question(second) is None
 
 
 async def test_error_event_midstream_keeps_the_partial_answer(host, runner):
@@ -251,12 +264,15 @@ async def test_real_tool_call_chunks_and_tool_message(host, runner):
 
 
 async def test_real_interrupt_then_resume(host, runner):
-    with langgraph(real("34-ask-stream-interrupt.http"), real("36-ask-stream-resume.http")) as srv:
+    with langgraph(real("34-ask-stream-interrupt.http"), real("36-ask-stream-resume.http"),
+                   state=real("35-ask-thread-state-interrupted.http")) as srv:
         first = await run(runner, host, "weather?", config={"api-base": srv.root_url, "assistant-id": "ask"})
         second = await run(runner, host, "Paris", config={"api-base": srv.root_url, "assistant-id": "ask"})
         body = srv.requests[-1].json()
+        checked = srv.served["GET /threads/{tid}/state"]
     assert rtype(terminal(first)) == "run.completed" and final_text(first) == "Which city?"
-    assert state_updates(first)[THREAD]["interrupts"] == ["fb65204ec2658204333918779f65c7ef"]
+    assert question(first)["interrupts"] == ["fb65204ec2658204333918779f65c7ef"]
+    assert checked == 1, "the real state lists the interrupt by id: it still waits, so the reply resumes it"
     assert body == {**body, "command": {"resume": "Paris"}} and "input" not in body
     assert final_text(second) == "you said: Paris"
 

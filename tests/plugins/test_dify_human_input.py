@@ -12,7 +12,7 @@ from tests.helpers import failure, final_text, rtype, run, state_updates, stored
 
 PLUGIN = "dify-agent"  # tests/plugins/conftest.py: the host and runner fixtures
 KEY = "app-dify-test-key-123"
-PENDING = "dify.pending-form"  # one per LangBot conversation (runner_kit.pending)
+PENDING = "dify.pending-form"  # per session, like the conversation id (runner_kit.pending)
 SESSION = stored_key("dify.conversation_id")
 
 APPROVE = {"node_title": "Approval", "form_content": "Publish the draft?", "inputs": [],
@@ -47,7 +47,13 @@ def cfg(srv, **extra):
 
 
 def pending(results):
-    return state_updates(results).get(PENDING)
+    """The form record a run stored (None: none, or the form was settled)."""
+    value = next((v for k, v in state_updates(results).items() if k.startswith(PENDING)), None)
+    return value if (value or {}).get("id") else None
+
+
+def touched(results) -> bool:
+    return any(k.startswith(PENDING) for k in state_updates(results))
 
 
 def click(record, action_id=None, **values):
@@ -73,7 +79,7 @@ async def test_buttons_then_click_streams_the_rest(srv, host, runner):
     assert rtype(terminal(r2)) == "run.completed"
     assert final_text(r2) == "Approved: done."
     assert srv.form_submissions == [{"inputs": {}, "action": "approve", "user": "user_u-1"}]
-    assert PENDING in state_updates(r2) and pending(r2) is None
+    assert touched(r2) and pending(r2) is None
     events = srv.find_requests("GET", f"/v1/workflow/{record['workflow_run_id']}/events")
     assert len(events) == 1 and events[0].query["user"] == "user_u-1"
     assert len(srv.find_requests("POST", "/v1/chat-messages")) == 1  # no new chat message for the click
@@ -140,7 +146,7 @@ async def test_several_inputs_are_typed_even_with_interactions(srv, host, runner
     assert "1. Approve" in text and "action: 1" in text
     r2 = await run(runner, host, "priority: 2", config=cfg(srv), interactions=True)
     assert "still open" in final_text(r2) and "feedback" in final_text(r2) and "action" in final_text(r2)
-    assert srv.form_submissions == [] and PENDING not in state_updates(r2)
+    assert srv.form_submissions == [] and not touched(r2)
     r3 = await run(runner, host, "feedback: fine by me\nsecond line\npriority: high\naction: Request changes",
                    config=cfg(srv), interactions=True)
     assert final_text(r3) == "Approved: done."
@@ -168,7 +174,7 @@ async def test_non_answer_message_while_pending_goes_on(srv, host, runner):
     assert text.startswith("(The Dify form “Approval” was left unanswered; your new message comes next.)")
     assert text.endswith("Hello, world!")
     assert srv.form_submissions == [] and len(srv.find_requests("POST", "/v1/chat-messages")) == 2
-    assert PENDING in state_updates(r2) and pending(r2) is None
+    assert touched(r2) and pending(r2) is None
 
 
 async def test_click_for_unknown_form_is_one_line(srv, host, runner):
@@ -216,7 +222,7 @@ async def test_submit_failing_upstream_is_a_clear_failure(srv, host, runner):
     code, _, message = failure(r2)
     assert code == "upstream.unavailable"  # Dify 5xx: retryable
     assert "did not take the answer to the form “Approval”" in message and "500" in message
-    assert PENDING not in state_updates(r2)  # still pending: the same click may be retried
+    assert not touched(r2)  # still pending: the same click may be retried
     srv.submit_fault = None
     r3 = await run(runner, host, "submitted", config=cfg(srv), interactions=True, interaction=click(record, "approve"))
     assert final_text(r3) == "Approved: done."
@@ -246,11 +252,15 @@ async def test_empty_event_data_quirk_is_a_clear_failure(srv, host, runner):
     assert code == "upstream.paused" and "sent no form" in message
 
 
-async def test_only_the_asker_answers(srv, host, runner):
+async def test_only_the_asker_answers_and_someone_elses_reply_waits(srv, host, runner):
     alice, bob = Identity(actor_id="alice", actor_name="Alice"), Identity(actor_id="bob", actor_name="Bob")
     src = {"user-id-source": "conversation"}  # one Dify user for the whole group
     await run(runner, host, "publish it", config=cfg(srv, **src), identity=alice)
     r2 = await run(runner, host, "1", config=cfg(srv, **src), identity=bob)
-    assert final_text(r2) == "(Only Alice can answer the Dify form “Approval”.)" and srv.form_submissions == []
+    assert final_text(r2) == "(Your message is kept until Alice answers the Dify form “Approval”; it is sent right after.)"
+    assert srv.form_submissions == [] and len(srv.find_requests("POST", "/v1/chat-messages")) == 1
+    srv.human_input = None
     r3 = await run(runner, host, "approve", config=cfg(srv, **src), identity=alice)
-    assert final_text(r3) == "Approved: done."
+    assert final_text(r3) == "Approved: done.\n\n(Now what Bob wrote while the question was open:)\n\nHello, world!"
+    assert srv.form_submissions[0]["action"] == "approve"
+    assert srv.find_requests("POST", "/v1/chat-messages")[-1].json()["query"] == "1"

@@ -219,3 +219,76 @@ async def test_host_cancel_cancels_the_run_on_the_server(server):
             pytest.fail(f"the slow run was not cancelled on the server: {statuses}")
         await asyncio.sleep(0.2)
     assert statuses == ["interrupted"], statuses
+
+
+def _post_run(server: Server, thread_id: str, body: dict) -> None:
+    """One run through the API itself (as DeerFlow's own UI would make it), read to its end."""
+    with httpx.stream("POST", f"{server.url}/threads/{thread_id}/runs/stream", timeout=60,
+                      json={"assistant_id": "ask", "stream_mode": ["values"], **body}) as r:
+        r.raise_for_status()
+        for _ in r.iter_bytes():
+            pass
+
+
+def test_new_input_on_an_interrupted_thread_drops_the_interrupt(server):
+    """The server fact the plugin's group handling rests on: a run with new input on an interrupted
+    thread does not keep the interrupt waiting (the graph starts again from the start), so in a
+    shared thread another member's message must not go there while the question is open."""
+    thread_id = httpx.post(server.url + "/threads", json={}, timeout=30).json()["thread_id"]
+    _post_run(server, thread_id, {"input": {"messages": [{"role": "user", "content": "weather?"}]}})
+    first = server.get(f"/threads/{thread_id}/state")["interrupts"]
+    assert len(first) == 1, first
+    _post_run(server, thread_id, {"input": {"messages": [{"role": "user", "content": "lol what is this"}]}})
+    after = server.get(f"/threads/{thread_id}/state")
+    assert first[0]["id"] not in {i["id"] for i in after["interrupts"]}, "the first interrupt was dropped"
+    # and a resume with nothing waiting runs nothing: the thread's messages stay as they were
+    _post_run(server, thread_id, {"command": {"resume": "Paris"}})
+    _post_run(server, thread_id, {"command": {"resume": "Rome"}})
+    humans = [m["content"] for m in server.get(f"/threads/{thread_id}/state")["values"]["messages"]
+              if m["type"] == "human"]
+    assert humans == ["weather?", "lol what is this", "The city is Paris"], humans
+
+
+async def test_group_thread_only_the_asker_answers_and_the_others_go_right_after(server):
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    alice = Identity(conversation_id="lg-group", actor_id="alice", actor_name="Alice")
+    bob = Identity(conversation_id="lg-group", actor_id="bob", actor_name="Bob")
+    conf = server.config("ask")  # default user-id-source: one thread for the group
+    asked = await run(runner, host, "what's the weather?", config=conf, identity=alice)
+    assert final_text(asked) == "Which city do you mean?"
+    thread_id = _thread(asked)
+    kept = await run(runner, host, "lol what is this bot doing", config=conf, identity=bob)
+    assert "kept until Alice answers" in final_text(kept)
+    assert server.get(f"/threads/{thread_id}")["status"] == "interrupted" and len(server.runs(thread_id)) == 1
+    answered = await run(runner, host, "Paris", config=conf, identity=alice)
+    assert rtype(terminal(answered)) == "run.completed", terminal(answered).data
+    text = final_text(answered)
+    assert "Turn 2: you said The city is Paris\n\n(Now what Bob wrote while the question was open:)\n\n" in text, text
+    assert text.endswith("Which city do you mean?"), "Bob's message started the ask graph again"
+    (question,) = [v for k, v in state_updates(answered).items() if k.startswith("deerflow.pending-interrupt")]
+    assert question["actor"] == "bob", "the question about Bob's message is Bob's to answer"
+    humans = [m["content"] for m in server.get(f"/threads/{thread_id}/state")["values"]["messages"]
+              if m["type"] == "human"]
+    assert humans[:3] == ["what's the weather?", "The city is Paris", "lol what is this bot doing"], humans
+
+
+async def test_a_question_answered_elsewhere_sends_the_reply_as_a_new_message(server):
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    ident = Identity(conversation_id="lg-elsewhere", actor_id="alice", actor_name="Alice")
+    conf = server.config("ask")
+    asked = await run(runner, host, "weather?", config=conf, identity=ident)
+    assert final_text(asked) == "Which city do you mean?"
+    thread_id = _thread(asked)
+    _post_run(server, thread_id, {"command": {"resume": "Berlin"}})  # answered in DeerFlow's own UI
+    assert server.get(f"/threads/{thread_id}")["status"] == "idle"
+    reply = await run(runner, host, "Paris", config=conf, identity=ident)
+    assert rtype(terminal(reply)) == "run.completed", terminal(reply).data
+    text = final_text(reply)
+    assert text.startswith("(The DeerFlow question “Which city do you mean?” no longer waits for an answer: it "
+                           "was answered elsewhere"), text
+    assert text.endswith("Which city do you mean?"), "sent as new input: the ask graph starts again and asks"
+    humans = [m["content"] for m in server.get(f"/threads/{thread_id}/state")["values"]["messages"]
+              if m["type"] == "human"]
+    assert humans == ["weather?", "The city is Berlin", "Paris"], humans
