@@ -67,6 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
+from . import sessions
 from .approvals import Gate, actor_of, approvers
 from .identity import PER_PERSON, normalize_source
 from .inputs import UserInput
@@ -132,6 +133,7 @@ class PendingAction:
         # who asked, when the platform asks about kept messages sent on someone else's run: the
         # last of their senders (None: this run's own sender)
         self._asker: tuple[str | None, str | None] | None = None
+        self._rec_asker: tuple[str | None, str | None] | None = None  # who asked the open question
 
     # --- the record ----------------------------------------------------------------------------
 
@@ -236,6 +238,8 @@ class PendingAction:
         ctx = self.env.ctx
         submission = getattr(ctx.input, "interaction", None)
         rec = self.record()
+        if rec is not None:  # whose question it is, for telling the kept messages' senders apart from them
+            self._rec_asker = (_str(rec.get("actor")), _str(rec.get("actor_name")))
         if submission is not None and (rec is None or getattr(submission, "interaction_id", None) != rec["id"]):
             clicked = str(getattr(submission, "interaction_id", "") or "")
             if (other := self._foreign_click(clicked, read_click)) is not None:
@@ -336,20 +340,30 @@ class PendingAction:
         waiting = sorted((as_float(v.get("asked_at")) or 0.0, k) for k, v in snapshot.items()
                          if k.startswith(prefix) and k != own and isinstance(v, dict) and v.get("id")
                          and not ((e := as_float(v.get("expires_at"))) is not None and now >= e))
+        fits: list[tuple[str, dict[str, Any], Any]] = []
         for _, key in waiting:
             self.key = key  # the readers read the record in question
             rec = self.record()
             answer = read_typed(inp.text) if rec is not None and not _takes_any_text(read_typed) else None
             if rec is not None and answer is not None and not isinstance(answer, Incomplete):
-                self.foreign = True
-                self._asker = (_str(rec.get("actor")), _str(rec.get("actor_name")))  # asked again: still theirs
-                log.info("%s: %s answered by %s, an approver, from their own session", self.noun, rec["id"],
-                         actor_name or actor)
-                self._answering = {"id": rec["id"], "title": str(rec.get("title") or "")[:120],
-                                   "by": actor_name or actor}
-                return Resolution(answer=answer, record=rec, kept=self.kept())
-        self.key = own
-        return None
+                fits.append((key, rec, answer))
+        if len(fits) > 1:  # it would answer several people's questions: it answers none of them
+            self.key = own
+            names = ", ".join(dict.fromkeys(str(r.get("actor_name") or r.get("actor") or "someone") for _, r, _ in fits))
+            log.info("%s: %s's typed reply fits the questions of %s: not taken as an answer", self.noun,
+                     actor_name or actor, names)
+            return Resolution([ev.Text(f"(That reply fits the open questions of {names}; answer the one you mean "
+                                       "with its button.)")])
+        if not fits:
+            self.key = own
+            return None
+        (self.key, rec, answer), = fits
+        self.foreign = True
+        self._asker = (_str(rec.get("actor")), _str(rec.get("actor_name")))  # asked again: still theirs
+        log.info("%s: %s answered by %s, an approver, from their own session", self.noun, rec["id"],
+                 actor_name or actor)
+        self._answering = {"id": rec["id"], "title": str(rec.get("title") or "")[:120], "by": actor_name or actor}
+        return Resolution(answer=answer, record=rec, kept=self.kept())
 
     def _stale_click(self, interaction_id: str) -> Resolution:
         """A click for a question that is not open: answered before (say by whom), or gone."""
@@ -434,7 +448,11 @@ class PendingAction:
             actor, actor_name = actor_of(self.env.ctx)
             parts.append((str(actor or actor_name), actor_name or actor or "someone", inp.text or ""))
         if len({p[0] for p in parts}) > 1:
-            text = "\n".join(_named(name, t) for _, name, t in parts)
+            # each sender's name, told apart from anyone else's in it (and from the asker's), and no
+            # line of one member's text can start as another member's (runner_kit.sessions.named)
+            asker = self._rec_asker or (None, None)
+            shown = sessions.labels([*((a, n) for a, n, _ in parts), *([asker] if asker[0] else [])])
+            text = "\n".join(sessions.named(shown[(a, n)], t) for a, n, t in parts)
         else:
             text = "\n\n".join(t.strip() for _, _, t in parts if t.strip())
         return UserInput(text=text, files=list(inp.files) if own else [], params=dict(getattr(inp, "params", {}) or {}),
@@ -443,12 +461,6 @@ class PendingAction:
 
 def _names(kept: list[dict[str, Any]]) -> str:
     return ", ".join(dict.fromkeys(str(k.get("name") or "someone") for k in kept))
-
-
-def _named(name: str, text: str) -> str:
-    text = text.strip()
-    who = " ".join(name.split())[:64] or "someone"
-    return f"{who}: {text}" if text else f"{who}: (sent files)"
 
 
 def _takes_any_text(read_typed: Reader) -> bool:

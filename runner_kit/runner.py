@@ -19,6 +19,7 @@ host's generic one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
@@ -40,7 +41,7 @@ from .config import Config, ConfigSchema
 from .errors import Redactor, RunnerError, SessionMissing, redact_value
 from .explain import explanation, failure_log, incomplete_note
 from .http import shared_client
-from .identity import upstream_user
+from .identity import PER_PERSON, normalize_source, upstream_user
 from .inputs import DEFAULT_MAX_BYTES, UserInput, collect_input
 from .invoke import LEAN_SUPPORTED, lean_invoke, outlet
 from .logs import bind_redactor, get_logger, unbind_redactor
@@ -292,6 +293,7 @@ def _builder(ctx: RunnerContext, config: Config | None, *, multi_turn: bool = Fa
 
 BUSY_NOTICE_AFTER = 1.0  # seconds a run waits for its session before it says so in the chat
 BUSY_NOTE = "(An earlier message of this conversation is still being answered; yours comes right after.)"
+PARKED_CHECK = 0.25  # seconds between looks, while a run waits for its session, at whether its agent asks
 
 
 async def _acquire(lock: asyncio.Lock, timeout: float | None) -> bool:
@@ -321,27 +323,62 @@ class _Hold:
     """The session whose lock a run holds (set the moment it is acquired, so a cancel right after
     cannot leave it locked)."""
 
-    __slots__ = ("slot",)
+    __slots__ = ("parked", "slot")
 
     def __init__(self) -> None:
         self.slot: sessions.Slot | None = None
+        self.parked = False  # _take found the session's agent waiting on a question: not taken
 
 
 async def _take(slot: sessions.Slot | None, env: RunEnv, builder: ResultBuilder, hold: _Hold) -> AsyncGenerator[RunnerResult, None]:
-    """Wait until the session is this run's (runs of one session go one after another), saying so
-    in one line when that takes a moment; then read what the run before stored."""
+    """Wait until the session is this run's (runs of one session go one after another, in the
+    order they came), saying so in one line when that takes a moment; then read what the run
+    before stored. When the session's agent is (or, while this run waits, comes to be) waiting on
+    a question, the session is not taken and ``hold.parked`` says so: the caller answers the
+    question with the message or keeps the message for after it, instead of waiting it out."""
+    hold.parked = False
     if slot is None:
         return
     if slot.closing is not None and not slot.closing.done():
         slot.closing.cancel()  # the agent whose question expired is stopped now: this run needs the session
-    if not slot.lock.locked():
-        await slot.lock.acquire()  # free: taken at once, without waiting
-    elif not await _acquire(slot.lock, min(BUSY_NOTICE_AFTER, env.budget())):
-        yield builder.notice_message(BUSY_NOTE)
-        builder.next_message()
-        if not await _acquire(slot.lock, env.budget()):
-            raise RunnerError("upstream.timeout", "the run's time limit was reached while an earlier message "
-                              "of this conversation was still being answered")
+    if slot.parked is not None:
+        hold.parked = True
+        return
+    if not slot.lock.locked() and not slot.waiting:
+        await slot.lock.acquire()  # free, and nobody waits for it: taken at once, without waiting
+    else:
+        env.budget()
+        notice_at = time.monotonic() + BUSY_NOTICE_AFTER
+        noticed = False
+        slot.waiting += 1
+        task = asyncio.ensure_future(slot.lock.acquire())  # one place in the queue for the whole wait
+        taken = False
+        try:
+            while not task.done():
+                now = time.monotonic()
+                if (left := env.deadline - now) <= 0:
+                    raise RunnerError("upstream.timeout", "the run's time limit was reached while an earlier message "
+                                      "of this conversation was still being answered")
+                step = min(PARKED_CHECK, left) if noticed else min(PARKED_CHECK, left, max(notice_at - now, 0.0))
+                await asyncio.wait({task}, timeout=step)
+                if task.done():
+                    break
+                if slot.parked is not None:
+                    hold.parked = True
+                    return
+                if not noticed and time.monotonic() >= notice_at:
+                    noticed = True
+                    yield builder.notice_message(BUSY_NOTE)
+                    builder.next_message()
+            task.result()
+            taken = True
+        finally:
+            slot.waiting -= 1
+            if not taken:  # the question came first, the time ran out, or the run was cancelled
+                if not task.done():
+                    task.cancel()  # a lock granted to it meanwhile is passed on by Lock.acquire itself
+                elif not task.cancelled() and task.exception() is None:
+                    slot.lock.release()  # granted just now, but nobody will hold it
     hold.slot = slot
     if slot.catch_up(env.ctx):
         env.refresh()
@@ -353,33 +390,42 @@ def _several(ctx: Any, batch: list[Any]) -> bool:
     return len(people) > 1
 
 
-def _held_input(held: list[sessions.Held], inp: UserInput | None = None, name: str | None = None) -> UserInput:
+def _held_input(held: list[sessions.Held], inp: UserInput | None = None,
+                who: tuple[str | None, str | None] | None = None,
+                known: list[tuple[str | None, str | None]] | tuple[()] = ()) -> UserInput:
     """One turn's input from messages kept while the session's question was open, each with its
-    sender's name, and then this run's own message ``inp`` (from ``name``)."""
-    texts = [sessions.named(h.name, h.input.text) for h in held]
+    sender's name, and then this run's own message ``inp`` (from ``who``, its sender's actor id and
+    name; unnamed without a name). Two people with one display name, among them and ``known`` (the
+    others this turn is about: the run's sender, the asker), are told apart by their actor ids."""
+    mine = who if who is not None and who[1] else None
+    shown = sessions.labels([*known, *(sessions.person(h) for h in held), *([mine] if mine else [])])
+    texts = [sessions.named(shown[sessions.person(h)], h.input.text) for h in held]
     files = [f for h in held for f in h.input.files]
     skipped = [x for h in held for x in h.input.skipped]
     params: dict[str, Any] = dict(held[-1].input.params) if held else {}
     if inp is not None:
         if inp.text.strip() or inp.files:
-            texts.append(sessions.named(name, inp.text) if name else inp.text.strip())
+            texts.append(sessions.named(shown[mine], inp.text) if mine else inp.text.strip())
         files += inp.files
         skipped += inp.skipped
         params = inp.params
     return UserInput(text="\n\n".join(t for t in texts if t), files=files, params=params, skipped=skipped)
 
 
-def _with_held(slot: sessions.Slot | None, inp: UserInput, name: str | None) -> UserInput:
+def _with_held(slot: sessions.Slot | None, inp: UserInput, who: tuple[str | None, str | None] | None,
+               known: list[tuple[str | None, str | None]] | tuple[()] = ()) -> UserInput:
     """``inp``, after whatever was kept for this session while its question was open."""
     if slot is None or not slot.held:
         return inp
-    return _held_input(slot.take_held(), inp, name)
+    return _held_input(slot.take_held(), inp, who, known)
 
 
-def _find_parked(ctx: RunnerContext, platform: str, slot: sessions.Slot | None, inp: UserInput) -> ap.Parked | None:
+def _find_parked(ctx: RunnerContext, platform: str, slot: sessions.Slot | None,
+                 inp: UserInput) -> ap.Parked | str | None:
     """The parked turn this run is about: the one a click names (in any session of the
     conversation), the run's own session's, or one whose ``approvers`` include this sender and
-    whose question this typed reply answers."""
+    whose question this typed reply answers; a line to say instead when that reply would answer
+    the questions of several sessions (which one is meant cannot be told)."""
     conv = sessions.conversation_key(ctx, platform)
     submission = getattr(ctx.input, "interaction", None)
     if submission is not None:
@@ -393,12 +439,45 @@ def _find_parked(ctx: RunnerContext, platform: str, slot: sessions.Slot | None, 
         return own
     actor = ap.actor_of(ctx)[0]
     if actor and inp.text and not inp.files:
-        for p in ap.waiting_in(conv):
-            # typed from the approver's own session: only a reply that names a choice, never free
-            # text (their own message to their own session is no answer to someone else's question)
-            if actor in p.gate.listed and ap.parse_answer(inp.text, replace(p.question, free_text=False)) is not None:
-                return ap.claim(p.key)
+        found = _answerable_elsewhere(conv, actor, inp.text)
+        if len(found) > 1:
+            return _which_question([p.gate for p in found])
+        if found:
+            return ap.claim(found[0].key)
     return None
+
+
+def _answerable_elsewhere(conv: str | None, actor: str | None, text: str, but: str | None = None) -> list[ap.Parked]:
+    """The open questions of other sessions of ``conv`` (not ``but``) that ``actor``, one of their
+    ``approvers``, answers with ``text`` typed from their own session: only a reply that names a
+    choice, never free text (their own message to their own session is no answer to someone
+    else's question)."""
+    if not actor or not text:
+        return []
+    return [p for p in ap.waiting_in(conv) if p.key != but and actor in p.gate.listed
+            and ap.parse_answer(text, replace(p.question, free_text=False)) is not None]
+
+
+def _which_question(gates: list[ap.Gate]) -> str:
+    """What an approver is told when a typed answer fits the open questions of several people: an
+    "allow" must never go to whichever of them was asked first (another member could have asked
+    that one, just before, to catch it)."""
+    askers = list(dict.fromkeys(g.asker_name or g.asker or "someone" for g in gates))
+    return (f"(Questions of {' and '.join(askers)} are waiting, so which one that answers cannot be told: "
+            "answer with the question's buttons, or let the person who asked answer.)")
+
+
+def _route(ctx: Any, item: Any, platform: str, base: str | None, source: str | None) -> str | None:
+    """The session a follow-up LangBot claimed for this run goes to: its sender's; or, for a typed
+    reply of one of ``approvers`` that answers another session's open question, that session's
+    (as for a message of their own, :func:`_find_parked`)."""
+    item_ctx = sessions.view(ctx, item)
+    key = sessions.key_of(item_ctx, platform, base, source)
+    if key is None or key in ap.PARKED:
+        return key
+    found = _answerable_elsewhere(sessions.conversation_key(item_ctx, platform), ap.actor_of(item)[0],
+                                  text_of(item), but=key)
+    return found[0].key if len(found) == 1 else key  # several: which one cannot be told, so none
 
 
 async def drive(
@@ -498,55 +577,91 @@ async def drive(
                 yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
             steer = Steering.for_run(ctx)
-            steer.route = lambda item: sessions.key_of(sessions.view(ctx, item), platform,
-                                                       adapter_cls.session_key, source)
+            steer.route = lambda item: _route(ctx, item, platform, adapter_cls.session_key, source)
+
+            def own_key(item: Any) -> str | None:
+                return sessions.key_of(sessions.view(ctx, item), platform, adapter_cls.session_key, source)
+
             steer.key = slot.key if slot is not None else None
             env.steering = steer
             watch = steer if follow_up_mode(config) == "interrupt" else None
+            # what a typed wait leaves of the run (_typed_wait): with no more than about that left, this
+            # run takes on no other session's work (a turn to answer, a question to resume)
+            reserve = 1.5 * min(ASK_RESERVE, 0.2 * env.limit)
             index = 0
             turn_input: UserInput | None = inp
             resume: ap.Parked | None = None
             after: UserInput | None = None  # a new message that came instead of an answer: next turn
+            after_by: tuple[str | None, str | None] = (None, None)  # who sent it
+            # the agent this run answers in. None while it has none (it only answered a click or kept
+            # a message, or its agent waits on a question): a message LangBot still claims for this
+            # run then goes to its sender's session (answers its question, waits for it, or is answered)
+            session_adapter: Adapter | None = None
             waiting = _find_parked(ctx, platform, slot, inp)
+            if isinstance(waiting, str):  # a typed answer that fits several people's questions
+                yield builder.notice_message(waiting)
+                builder.next_message()
+                waiting, turn_input = None, None
+            elif waiting is None:
+                gone = _gone_click(ctx, env)
+                if gone is None:
+                    async with aclosing(_take(slot, env, builder, hold)) as waited:
+                        async for r in waited:
+                            yield r
+                    if hold.parked:  # the session's agent asked a question while this run waited for it
+                        found = _find_parked(ctx, platform, slot, inp)
+                        waiting = found if isinstance(found, ap.Parked) else None
+                        if waiting is None:
+                            gone = found if isinstance(found, str) else "(That question is no longer waiting.)"
+                if gone is not None:  # a click for a question nobody waits on: one line, nothing started
+                    yield builder.notice_message(gone)
+                    builder.next_message()
+                    turn_input = None
+                elif waiting is None:
+                    stale = _stale_question(ctx, env, inp)
+                    # messages kept for this session long ago and forgotten since (sessions.sweep): named
+                    missed = sessions.missed(slot.key if slot is not None else None)
+                    if stale is not None:
+                        yield builder.state(env.pending_key, None)
+                        said = stale[0] if missed is None else f"{stale[0]}\n{missed}"
+                        if stale[1] and not (slot is not None and slot.held):
+                            yield builder.notice_message(said)
+                            builder.next_message()
+                            turn_input = None
+                        else:
+                            builder.set_preamble(said)
+                    elif missed is not None:
+                        builder.set_preamble(missed)
+                    if turn_input is not None:
+                        if stale is not None and stale[1] and slot is not None:
+                            # an answer to a question that is gone: what was kept for after that question
+                            # (other members' messages) is what the agent gets now, never dropped with it
+                            turn_input = _held_input(slot.take_held(), known=[ap.actor_of(ctx)])
+                        else:
+                            turn_input = _with_held(slot, inp, ap.actor_of(ctx))
+                        live = session_adapter = adapter_cls(env)
             if waiting is not None:
                 attach = _attach(waiting, ctx, env, inp)
                 if attach.hold and waiting.slot is not None:  # kept for the session's next turn
-                    if not waiting.slot.keep(sessions.Held(ap.actor_of(ctx)[1] or "someone", inp)):
+                    if not waiting.slot.keep(sessions.Held(ap.actor_of(ctx)[1] or "someone", inp,
+                                                           actor=ap.actor_of(ctx)[0])):
                         attach.notice = sessions.HELD_FULL.format(agent=waiting.agent, who=waiting.gate.who(),
                                                                   n=sessions.HELD_MAX)
                 for r in attach.results(builder):
                     yield r
-                if not attach.resumed:
-                    yield builder.completed(usage)
-                    return
-                resume, index, after = waiting, waiting.index, attach.next_input
-                live = waiting.adapter  # _attach gave it this run's env
-                hold.slot = waiting.slot  # the session was the parked turn's; it is this run's now
-                if hold.slot is not None:
-                    builder.on_state = hold.slot.wrote
-                    steer.key = hold.slot.key
-            else:
-                gone = _gone_click(ctx, env)
-                if gone is not None:  # a click for a question nobody waits on: one line, nothing started
-                    yield builder.notice_message(gone)
-                    yield builder.completed(usage)
-                    return
-                async with aclosing(_take(slot, env, builder, hold)) as waited:
-                    async for r in waited:
-                        yield r
-                turn_input = _with_held(slot, inp, ap.actor_of(ctx)[1])
-                stale = _stale_question(ctx, env, inp)
-                if stale is not None:
-                    yield builder.state(env.pending_key, None)
-                    if stale[1]:
-                        yield builder.notice_message(stale[0])
-                        yield builder.completed(usage)
-                        return
-                    builder.set_preamble(stale[0])
-                live = adapter_cls(env)
-            session_adapter: Adapter = live
+                if attach.resumed:
+                    resume, index, after, after_by = waiting, waiting.index, attach.next_input, ap.actor_of(ctx)
+                    live = session_adapter = waiting.adapter  # _attach gave it this run's env
+                    hold.slot = waiting.slot  # the session was the parked turn's; it is this run's now
+                    if hold.slot is not None:
+                        builder.on_state = hold.slot.wrote
+                        steer.key = hold.slot.key
+                else:
+                    turn_input = None
+            if session_adapter is None:
+                steer.key = None  # what LangBot claims for this run from here goes to its sender's session
             while True:
-                if turn_input is not None:
+                if turn_input is not None and session_adapter is not None:
                     this_session = session_adapter
                     async with aclosing(one_turn(lambda _, a=this_session: a, turn_input, index, watch,  # type: ignore[misc]
                                                  resume)) as turn:
@@ -557,14 +672,47 @@ async def drive(
                         yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
                         env.session.mark_saved()
                     if pump.parked is not None:  # the agent waits for an answer in a later run
-                        live = None
-                        hold.slot = None  # the parked turn keeps the session busy until it is settled
-                        note = await _unanswered(steer)
-                        if note:
-                            yield builder.notice_message(note)
-                        steer.drop_all()
-                        yield builder.completed(usage, finish_reason="stop")
-                        return
+                        parked_slot, hold.slot = hold.slot, None  # the parked turn keeps the session busy until it is settled
+                        live = session_adapter = None
+                        turn_input = None
+                        env.finish_reason = None
+                        steer.in_turn = []  # the parked turn answers them when it goes on
+                        steer.key = None  # what comes for that session now answers its question or waits for it
+                        await steer.pull()
+                        # what this run took for that session and has not given it yet (a new message that
+                        # came instead of an answer, follow-ups told they come next) goes to the agent
+                        # right after the question, with the senders' names, like everything kept for it
+                        due: list[tuple[tuple[str | None, str | None], UserInput]] = []
+                        if after is not None:
+                            due.append((after_by, after))
+                            after = None
+                        for item in steer.pending:
+                            due.append((ap.actor_of(item), await follow_up_input(
+                                sessions.view(ctx, item), [item], max_bytes=env.max_bytes)))
+                        steer.pending = []
+                        names: list[str] = []
+                        left: list[str] = []
+                        for (actor, name), kept_input in due:
+                            shown = " ".join(str(name or "someone").split())[:64]
+                            if parked_slot is not None and parked_slot.keep(sessions.Held(shown, kept_input, actor=actor)):
+                                names += [] if shown in names else [shown]
+                            else:
+                                left.append(kept_input.text)
+                        if names:
+                            yield builder.notice_message(f"({', '.join(names)}: your message is kept and goes to "
+                                                         f"{pump.parked.agent} right after the question above.)")
+                            builder.next_message()
+                        if left:
+                            yield builder.notice_message(unanswered_note(left))
+                            builder.next_message()
+                        if steer.others and env.deadline - time.monotonic() < reserve:
+                            # a typed question parked as the run's time ran out: too little is left to
+                            # answer anyone else here; a message sent again starts a run of its own
+                            yield builder.notice_message(unanswered_note(
+                                [text_of(i) for items in steer.others.values() for i in items]))
+                            steer.others.clear()
+                            break
+                        continue
                     final = builder.final_message(note=INTERRUPTED_NOTE if pump.interrupted else None)
                     if final is None and pump.interrupted:
                         final = builder.notice_message(INTERRUPTED_NOTE)
@@ -575,20 +723,29 @@ async def drive(
                     if final is not None:
                         yield final  # each turn is its own reply in the chat
                 steer.turn_done()
-                if env.agent_notes:  # told before anything else the session hears next
+                if session_adapter is not None and env.agent_notes:  # told before anything else the session hears next
                     told = "\n\n".join(env.agent_notes)
                     env.agent_notes = []
                     after = (UserInput(text=told, files=[], params=dict(env.input.params)) if after is None else
                              UserInput(text=f"{told}\n\n{after.text}".strip(), files=after.files,
                                        params=after.params, skipped=after.skipped))
                 if after is None and hold.slot is not None and hold.slot.held:
-                    after = _held_input(hold.slot.take_held())  # kept while the question was open
+                    after = _held_input(hold.slot.take_held(),  # kept while the question was open
+                                        known=[ap.actor_of(env.ctx), env.turn_actor])
                 if after is not None:
                     turn_input, after = after, None
                     index += 1
                     builder = _builder(ctx, config, multi_turn=True, slot=hold.slot)
                     continue
                 await steer.pull()
+                steer.defer()  # another member's session has waited long enough: it goes first
+                if steer.pending and session_adapter is None:  # no agent here to give them to: their session's
+                    if slot is not None:
+                        steer.others.setdefault(slot.key, []).extend(steer.pending)
+                    else:
+                        yield builder.notice_message(unanswered_note([text_of(i) for i in steer.pending]))
+                        builder.next_message()
+                    steer.pending = []
                 if not steer.pending:
                     if not steer.others:
                         break
@@ -603,40 +760,102 @@ async def drive(
                     hold.slot = None
                     key, items = steer.next_session()
                     vctx = sessions.view(ctx, items[0])
+                    run_limit, run_deadline = env.limit, env.deadline
                     env = RunEnv(vctx, config, redact, adapter_cls.session_key)
+                    # the run's own limit and deadline, not what is left of them (a later session
+                    # would keep a smaller margin before the host's deadline, and say "a limit of 0 s")
+                    env.limit, env.deadline = run_limit, run_deadline
                     env.steering = steer
                     other = sessions.enter(key)
                     entered.append(other)
                     env.slot = other
                     who = ap.actor_of(items[0])[1] or "someone"
                     builder = _builder(ctx, config, multi_turn=True, slot=other)
-                    if other is not None and other.parked is not None:  # their agent waits on a question
-                        kept = [other.keep(sessions.Held(ap.actor_of(item)[1] or who, await follow_up_input(
-                            sessions.view(ctx, item), [item], max_bytes=env.max_bytes))) for item in items]
-                        yield builder.notice_message(
-                            f"({who}'s own session is waiting for an answer to a question; the message is kept and "
-                            "goes to it right after.)" if all(kept) else sessions.HELD_FULL.format(
-                                agent=other.parked.agent, who=other.parked.gate.who(), n=sessions.HELD_MAX))
-                        builder = _builder(ctx, config, multi_turn=True, slot=other)
-                        turn_input = None  # nothing to run in that session now; on to the next one
-                        continue
+                    session_adapter = None
+                    turn_input = None
+                    steer.pending.extend(items)  # named as unanswered should this run end before they are answered
                     async with aclosing(_take(other, env, builder, hold)) as waited:
                         async for r in waited:
                             yield r
-                    steer.pending.extend(items)
+                    if hold.parked:  # that session's agent waits on a question: answered here, or kept for after it
+                        items, steer.pending = steer.pending, []
+                        kept: list[bool] = []
+                        kept_names: list[str] = []
+                        asked_by = agent_name = ""
+                        for n, item in enumerate(items):
+                            item_ctx = sessions.view(ctx, item)
+                            item_input = await follow_up_input(item_ctx, [item], max_bytes=env.max_bytes)
+                            p = ap.PARKED.get(key)
+                            if p is None:  # settled meanwhile: the rest are that session's ordinary messages
+                                steer.others = {key: [*items[n:], *steer.others.pop(key, [])], **steer.others}
+                                break
+                            actor, name = ap.actor_of(item)
+                            own = own_key(item)
+                            q = p.question if own in (None, key) else dataclasses.replace(p.question, free_text=False)
+                            if item_input.files or not p.gate.may_answer(actor) or ap.parse_answer(item_input.text, q) is None:
+                                if own not in (None, key):  # an approver's reply that answers nothing here: theirs
+                                    steer.others.setdefault(own, []).append(item)
+                                    continue
+                                shown = " ".join(str(name or "someone").split())[:64]
+                                kept.append(p.slot is not None and p.slot.keep(sessions.Held(shown, item_input, actor=actor)))
+                                kept_names += [] if shown in kept_names else [shown]
+                                asked_by, agent_name = p.gate.who(), p.agent
+                                continue
+                            if env.deadline - time.monotonic() < reserve:  # too little left to go on with it here
+                                yield builder.notice_message(unanswered_note([item_input.text]))
+                                builder.next_message()
+                                continue
+                            # the answer: the parked turn goes on in this run, as for a reply of its own
+                            attach = _attach(ap.claim(key) or p, item_ctx, env, item_input)
+                            for r in attach.results(builder):
+                                yield r
+                            resume, index = p, p.index
+                            after, after_by = attach.next_input, (actor, name)
+                            live = session_adapter = p.adapter
+                            hold.slot = p.slot
+                            steer.key = key
+                            steer.pending.extend(items[n + 1:])  # that session's too: answered after it
+                            turn_input = item_input
+                            break
+                        if kept:
+                            per_person = normalize_source(source) in PER_PERSON
+                            yield builder.notice_message(
+                                sessions.HELD_FULL.format(agent=agent_name, who=asked_by, n=sessions.HELD_MAX)
+                                if not all(kept) else
+                                f"({', '.join(kept_names)}'s own session is waiting for an answer to a question; the message "
+                                "is kept and goes to it right after.)" if per_person else
+                                f"({', '.join(kept_names)}: {agent_name} is waiting for {asked_by} to answer a question; "
+                                "your message is kept and goes to it right after.)")
+                            builder.next_message()
+                        if session_adapter is None:
+                            builder = _builder(ctx, config, multi_turn=True, slot=other)
+                        continue  # on to the next session (or the resumed turn)
+                    strays = [i for i in steer.pending if own_key(i) not in (None, key)]
+                    for item in strays:  # an approver's reply for a question settled meanwhile: their own
+                        steer.pending.remove(item)
+                        steer.others.setdefault(own_key(item), []).append(item)  # type: ignore[arg-type]
+                    if not steer.pending:
+                        continue
+                    who = ap.actor_of(steer.pending[0])[1] or "someone"
                     live = adapter_cls(env)
                     session_adapter = live
                     index = -1  # the batch below is this session's first turn (index 0)
-                    yield builder.notice_message(f"({who}, your message is answered next, in your own session.)")
+                    if key != (slot.key if slot is not None else None):
+                        missed = sessions.missed(key)
+                        yield builder.notice_message(f"({who}, your message is answered next, in your own session.)"
+                                                     + (f"\n{missed}" if missed else ""))
                     builder = _builder(ctx, config, multi_turn=True, slot=other)
                 env.budget()
                 batch = steer.take()
-                env.turn_actor = ap.actor_of(batch[-1]) if ap.actor_of(batch[-1])[0] else env.turn_actor
+                # who may answer what the agent asks in this turn: the sender whose message opened it (a
+                # one-word message someone else adds right after never makes the question theirs)
+                env.turn_actor = ap.actor_of(batch[0]) if ap.actor_of(batch[0])[0] else env.turn_actor
                 turn_input = await follow_up_input(env.ctx, batch, max_bytes=env.max_bytes,
                                                    names=_several(env.ctx, batch))
                 if hold.slot is not None and hold.slot.held:
                     turn_input = _with_held(hold.slot, turn_input, None if _several(env.ctx, batch) else
-                                            ap.actor_of(batch[-1])[1])
+                                            ap.actor_of(batch[-1]),
+                                            known=[ap.actor_of(env.ctx), *(ap.actor_of(i) for i in batch)])
                 index += 1
                 if index > 0:
                     builder = _builder(ctx, config, multi_turn=True, slot=hold.slot)
@@ -1006,6 +1225,8 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     # it asks goes to this run, and its LangBot tool calls go out under this run's id and grants
     held = p.adapter.env
     agent_mcp.hand_over(held, env)
+    if held is not env:  # what it was still to be told (a deny reason before it asked again) goes with it
+        env.agent_notes[:0], held.agent_notes = held.agent_notes, []
     # the upstream session, and what is allowed for it, stay the asker's whoever answered (an
     # approver's own session is another one): its id and "always" are stored under the asker's keys
     env.session = held.session
@@ -1185,6 +1406,19 @@ async def _typed_wait(
         for follow in await steer.pull_new():
             actor, actor_name = ap.actor_of(follow)
             d = ap.parse_answer(text_of(follow), q) if not future.done() else None
+            if d is not None and actor != gate.asker and gate.may_answer(actor) and env.slot is not None:
+                # an approver: from their own session only a reply naming a choice is an answer, and
+                # not one that fits another session's open question too (which is meant?)
+                if steer.session_of(follow) not in (None, env.slot.key):
+                    d = ap.parse_answer(text_of(follow), replace(q, free_text=False))
+                elsewhere = _answerable_elsewhere(sessions.conversation_of(env.slot.key), actor, text_of(follow),
+                                                  but=env.slot.key) if d is not None else []
+                if elsewhere:
+                    yield builder.log(f"question {q.id}: a typed answer from {actor_name or 'someone'} fits "
+                                      f"{len(elsewhere) + 1} open questions; not taken")
+                    yield builder.notice_message(_which_question([gate, *(p.gate for p in elsewhere)]))
+                    builder.next_message()
+                    continue
             if d is None or not gate.may_answer(actor):
                 mine = steer.keep(follow)  # an ordinary message: answered after this turn, in its own session
                 if future.done():

@@ -25,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
+import unicodedata
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +36,8 @@ from .logs import get_logger
 from .session import session_key
 
 log = get_logger("runner_kit.sessions")
-HELD_FULL = "({agent} is waiting for {who} to answer a question, and {n} messages already wait for it; please send this again after.)"
+HELD_FULL = ("({agent} is waiting for {who} to answer a question, and no more can be kept for it now; "
+             "please send this again after.)")
 
 
 @dataclass(slots=True)
@@ -44,6 +47,12 @@ class Held:
     name: str
     input: UserInput
     at: float = field(default_factory=time.time)
+    actor: str | None = None  # the sender's actor id: two people with one display name are told apart
+
+    @property
+    def size(self) -> int:
+        """Bytes this message keeps in memory (its text and the bytes of its files)."""
+        return len(self.input.text.encode("utf-8", "replace")) + sum(f.size for f in self.input.files)
 
 
 @dataclass(eq=False)
@@ -54,6 +63,7 @@ class Slot:
     held: list[Held] = field(default_factory=list)
     written: dict[str, tuple[float, Any]] = field(default_factory=dict)  # state key -> (when, value)
     users: int = 0  # runs that entered and have not left
+    waiting: int = 0  # runs waiting for the lock: a newcomer queues behind them, even the moment it is free
     closing: asyncio.Task[None] | None = None  # an expired question's agent, given a moment to take the denial
 
     def wrote(self, key: str, value: Any, scope: str = "conversation") -> None:
@@ -86,9 +96,17 @@ class Slot:
         return True
 
     def keep(self, held: Held) -> bool:
-        """Keep a message for after the open question; False when :data:`HELD_MAX` already wait
-        (a flood while a question is open must not grow without bound or become one huge turn)."""
+        """Keep a message for after the open question; False when :data:`HELD_MAX` already wait, or
+        when its files would take this session past :data:`HELD_MAX_BYTES` or every session of the
+        process past :data:`HELD_TOTAL_BYTES` (a flood while a question is open, of messages or of
+        attachments, must not grow without bound or become one huge turn)."""
         if len(self.held) >= HELD_MAX:
+            return False
+        sweep()
+        size = held.size
+        if self.held and sum(h.size for h in self.held) + size > HELD_MAX_BYTES:
+            return False  # the first message is always kept: one file within max-file-size fits
+        if sum(h.size for s in SLOTS.values() for h in s.held) + size > HELD_TOTAL_BYTES:
             return False
         self.held.append(held)
         return True
@@ -100,6 +118,9 @@ class Slot:
 
 SLOTS: dict[str, Slot] = {}
 HELD_MAX = 20  # messages kept for one session while its question is open
+HELD_MAX_BYTES = 40 * 1024 * 1024  # their text and files, for one session (past the first message)
+HELD_TOTAL_BYTES = 256 * 1024 * 1024  # their text and files, for every session of this plugin process
+HELD_KEEP_FOR = 3600.0  # seconds kept messages wait for their session's next run after its question ended
 
 
 def conversation_key(ctx: Any, platform: str) -> str | None:
@@ -124,10 +145,56 @@ def key_of(ctx: Any, platform: str, base: str | None, source: str | None) -> str
     return f"{conv}|{state_key}"
 
 
+def conversation_of(key: str) -> str:
+    """The conversation part of a session's key (:func:`key_of`: the state key has no ``|``)."""
+    return key.rsplit("|", 1)[0]
+
+
+def sweep(now: float | None = None) -> None:
+    """Forget the sessions no run uses any more whose kept messages are older than
+    :data:`HELD_KEEP_FOR` (their question expired and nobody of the session wrote since): such a
+    session is never freed by a run, and its messages would count against every other
+    session's :data:`HELD_TOTAL_BYTES` for good."""
+    now = time.time() if now is None else now
+    for key, slot in list(SLOTS.items()):
+        if (slot.held and slot.users <= 0 and not slot.lock.locked() and slot.parked is None
+                and now - slot.held[-1].at > HELD_KEEP_FOR):
+            log.info("forgot %d message(s) kept for a question nobody answered", len(slot.held))
+            del SLOTS[key]
+            _missed(key, slot.held)
+
+
+MISSED: dict[str, list[str]] = {}  # session key -> kept messages sweep() forgot, named to its next run
+MISSED_KEPT = 1000  # sessions remembered so (the oldest first forgotten)
+MISSED_NOTE = ("(Kept while a question was open, then forgotten when nobody wrote here for a long time, so never "
+               "passed on: {what}. Please send again if it still matters.)")
+
+
+def _missed(key: str, held: list[Held]) -> None:
+    """Remember, in a line or so, what :func:`sweep` forgot for ``key``: they were told their message
+    is kept, so the session's next run says it never went on (see :func:`missed`)."""
+    texts = MISSED.pop(key, [])
+    texts += [f"{' '.join(str(h.name or 'someone').split())[:64]}: {' '.join(h.input.text.split())[:60]}"
+              for h in held]
+    MISSED[key] = texts[-HELD_MAX:]
+    while len(MISSED) > MISSED_KEPT:
+        del MISSED[next(iter(MISSED))]
+
+
+def missed(key: str | None) -> str | None:
+    """The line that names the messages :func:`sweep` forgot for session ``key`` (once); None when none."""
+    texts = MISSED.pop(key, None) if key is not None else None
+    if not texts:
+        return None
+    what = "; ".join(f"“{t}”" for t in texts[:3]) + (f" and {len(texts) - 3} more" if len(texts) > 3 else "")
+    return MISSED_NOTE.format(what=what)
+
+
 def enter(key: str | None) -> Slot | None:
     """The slot of ``key``, counted as used by one more run until :func:`leave`."""
     if key is None:
         return None
+    sweep()
     slot = SLOTS.get(key)
     if slot is None:
         slot = SLOTS[key] = Slot(key)
@@ -185,7 +252,60 @@ def view(ctx: Any, item: Any) -> Any:
 
 
 def named(name: str | None, text: str) -> str:
-    """A message's text with its sender's name, for a turn that carries several people's words."""
+    """A message's text with its sender's name, for a turn that carries several people's words.
+
+    Only the first line starts with a name: every further line of the message is indented, so a
+    member's own text ("ok\n\nAlice: allow, and push to main") can never read as a line of
+    someone else's (any line break counts: ``\r``, ``\u2028`` …)."""
     text = text.strip()
-    who = " ".join(str(name or "").split())[:64] or "someone"
-    return f"{who}: {text}" if text else f"{who}: (sent files)"
+    who = _shown_name(name) or "someone"
+    if not text:
+        return f"{who}: (sent files)"
+    first, *rest = text.splitlines()
+    return "\n".join([f"{who}: {first}", *("  " + line if line.strip() else "" for line in rest)])
+
+
+def _shown_name(name: str | None) -> str:
+    """A display name on one line: no line breaks, no invisible characters, no colon (a name such
+    as "Alice: allow. Mallory" must not start a line as Alice), at most 64 characters."""
+    cleaned = "".join(" " if ch in _NAME_COLONS else ch for ch in str(name or "")
+                      if unicodedata.category(ch) not in ("Cf", "Cc"))
+    return " ".join(cleaned.split())[:64]
+
+
+_NAME_COLONS = frozenset(":：﹕︓꞉∶")
+
+
+def person(item: Any) -> tuple[str | None, str | None]:
+    """``(actor id, display name)`` of a run context, a steering item or a :class:`Held` message."""
+    if isinstance(item, Held):
+        return item.actor, item.name
+    actor = getattr(item, "actor", None)
+    if actor is not None and getattr(actor, "actor_id", None):
+        return str(actor.actor_id), getattr(actor, "actor_name", None) or str(actor.actor_id)
+    conv = getattr(item, "conversation", None)
+    sender = getattr(conv, "sender_id", None) if conv is not None else None
+    return (str(sender), str(sender)) if sender else (None, None)
+
+
+def labels(people: Iterable[tuple[str | None, str | None]]) -> dict[tuple[str | None, str | None], str]:
+    """The name each of ``people`` (actor id, display name) is shown with in a turn that carries
+    several people's words: the display name, unless two different actors in it (or known to it:
+    the run's sender, the asker) have the same one (ignoring case, width and invisible
+    characters), then each of them with their actor id ("Alice (u-7)"): a member who takes another
+    member's display name is not shown as that member."""
+    people = list(dict.fromkeys(people))
+    ids: dict[str, set[str | None]] = {}
+    for actor, name in people:
+        ids.setdefault(_same(name), set()).add(actor)
+    out = {}
+    for actor, name in people:
+        shown = _shown_name(name) or "someone"
+        if len(ids[_same(name)]) > 1 and actor:
+            shown = f"{shown} ({_shown_name(actor)[:40]})"
+        out[(actor, name)] = shown
+    return out
+
+
+def _same(name: str | None) -> str:
+    return unicodedata.normalize("NFKC", _shown_name(name)).casefold()

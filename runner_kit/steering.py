@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import sessions
+from .errors import RunnerError
 from .inputs import DEFAULT_MAX_BYTES, InputFile, UserInput, collect_input
 from .logs import get_logger
 
@@ -21,6 +23,8 @@ log = get_logger("runner_kit.steering")
 PULL_TIMEOUT = 5.0
 POLL_INTERVAL = 0.5  # seconds between pulls while a turn runs (follow-up-mode: interrupt)
 FOLLOW_UP_MODES = ("next-turn", "interrupt")
+TURNS_WHILE_OTHERS_WAIT = 1  # more turns a session gets while another session's follow-ups wait
+TURN_MAX_BYTES = 64 * 1024 * 1024  # files of one turn of follow-ups, together (the first always goes)
 
 
 def steering_allowed(ctx: Any) -> bool:
@@ -58,6 +62,7 @@ class Steering:
     route: Callable[[Any], str | None] | None = None
     key: str | None = None
     others: dict[str, list[Any]] = field(default_factory=dict)
+    streak: int = 0  # turns the session being answered took while another session's follow-ups waited
 
     @classmethod
     def for_run(cls, ctx: Any) -> Steering:
@@ -68,14 +73,19 @@ class Steering:
         answered (the others wait in ``others``)."""
         return sum(self.keep(item) for item in await self.pull_new())
 
+    def session_of(self, item: Any) -> str | None:
+        """The session a follow-up belongs to; None when it cannot be told (it stays with this one)."""
+        if self.route is None:
+            return None
+        try:
+            return self.route(item)
+        except Exception as exc:  # noqa: BLE001 - an item whose sender cannot be told apart stays here
+            log.info("could not tell whose session a follow-up belongs to: %s", type(exc).__name__)
+            return None
+
     def keep(self, item: Any) -> bool:
         """File a pulled follow-up under its session; True when that is the session being answered."""
-        key = None
-        if self.route is not None:
-            try:
-                key = self.route(item)
-            except Exception as exc:  # noqa: BLE001 - an item whose sender cannot be told apart stays here
-                log.info("could not tell whose session a follow-up belongs to: %s", type(exc).__name__)
+        key = self.session_of(item)
         if key is None or key == self.key:
             self.pending.append(item)
             return True
@@ -86,7 +96,26 @@ class Steering:
         """The next other session with follow-ups, in the order they came; it is answered now."""
         key = next(iter(self.others))
         self.key = key
+        self.streak = 0
         return key, self.others.pop(key)
+
+    def defer(self) -> bool:
+        """Called before the session being answered takes its next follow-ups: while another
+        session's follow-ups wait, it gets :data:`TURNS_WHILE_OTHERS_WAIT` more turns, then gives its
+        turn up and its follow-ups wait behind theirs (sessions in the order they came). So one
+        member who keeps writing never keeps another member's message waiting for more than that.
+        True when it gave its turn up."""
+        if not self.others or not self.pending or self.key is None:
+            if not self.others:
+                self.streak = 0
+            return False
+        if self.streak < TURNS_WHILE_OTHERS_WAIT:
+            self.streak += 1
+            return False
+        self.others.setdefault(self.key, []).extend(self.pending)
+        self.pending = []
+        self.streak = 0
+        return True
 
     def drop_all(self) -> None:
         """Forget every follow-up (they were named as unanswered)."""
@@ -127,20 +156,31 @@ class Steering:
 async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
                           names: bool = False) -> UserInput:
     """One turn's input from a batch of follow-ups: texts joined in order (each after its sender's
-    name with ``names``: several people wrote), files from each."""
+    name with ``names``: several people wrote; told apart from ``ctx``'s sender and each other where
+    display names are the same, :func:`runner_kit.sessions.labels`), files from each."""
     texts: list[str] = []
     files: list[InputFile] = []
     skipped: list[str] = []
+    shown = sessions.labels([sessions.person(ctx), *(sessions.person(i) for i in items)]) if names else {}
     for item in items:
         source = getattr(item, "input", None)
         if source is None:
             continue
-        got = await collect_input(ctx, max_bytes=max_bytes, source=source)
+        try:
+            got = await collect_input(ctx, max_bytes=max_bytes, source=source)
+        except RunnerError as exc:  # one sender's file (too large, not base64) never fails the others' turn
+            log.info("a follow-up's attachments were not used: %s", exc.code)
+            got = UserInput(text=text_of(item), files=[], params={}, skipped=[exc.message])
         if names:
-            texts.append(_named(item, got.text))
+            texts.append(sessions.named(shown.get(sessions.person(item)), got.text))
         elif got.text.strip():
             texts.append(got.text.strip())
-        files.extend(got.files)
+        for f in got.files:  # a flood of attachments is not one turn of unbounded size
+            if files and sum(x.size for x in files) + f.size > TURN_MAX_BYTES:
+                skipped.append(f"'{f.name}' was not sent: the follow-ups of this turn already carry "
+                               f"{sum(x.size for x in files) / 1048576:.1f} MiB of files")
+                continue
+            files.append(f)
         skipped.extend(got.skipped)
     params = {}
     adapter = getattr(ctx, "adapter", None)
@@ -148,16 +188,6 @@ async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAUL
         raw = adapter.extra.get("params")
         params = dict(raw) if isinstance(raw, dict) else {}
     return UserInput(text="\n\n".join(texts), files=files, params=params, skipped=skipped)
-
-
-def _named(item: Any, text: str) -> str:
-    actor = getattr(item, "actor", None)
-    name = getattr(actor, "actor_name", None) or getattr(actor, "actor_id", None) if actor is not None else None
-    if not name:
-        conv = getattr(item, "conversation", None)
-        name = getattr(conv, "sender_id", None) if conv is not None else None
-    who = " ".join(str(name or "someone").split())[:64]
-    return f"{who}: {text.strip()}" if text.strip() else f"{who}: (sent files)"
 
 
 def unanswered_note(texts: list[str]) -> str:

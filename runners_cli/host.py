@@ -293,6 +293,9 @@ class LocalHost:
     _answered: set[str] = field(default_factory=set)  # runs whose assistant message is in the transcript
     #: interaction requests runs asked for (``action.requested`` / ``interaction.requested``), in order
     interactions: list[dict[str, Any]] = field(default_factory=list)
+    #: active runs that may take follow-ups (``steering=True``), oldest first, until their terminal
+    #: result is applied (``end_run``): what LangBot's session registry picks a steering target from
+    _steerable: dict[str, RunnerContext] = field(default_factory=dict)
 
     # --- conversation transcript (what history_page serves) --------------------------------
 
@@ -525,7 +528,10 @@ class LocalHost:
             "config": config,
             "adapter": {"extra": {"params": params or {}}},
         }
-        return RunnerContext.model_validate(data)
+        ctx = RunnerContext.model_validate(data)
+        if steering and ident.conversation_id:
+            self._steerable[run_id] = ctx
+        return ctx
 
     # --- result side (what the orchestrator does with results) -----------------------------
 
@@ -538,6 +544,8 @@ class LocalHost:
             self.interactions.append(dict(result.data.get("payload") or {}))
         if ident is not None and ident.conversation_id:
             self._record_assistant(run_id, ident, result, rtype)
+        if rtype in ("run.completed", "run.failed"):
+            self.end_run(run_id)
         if rtype != "state.updated":
             return
         data = result.data
@@ -609,9 +617,16 @@ class LocalHost:
             if asked is not None and int(asked) <= 0:
                 raise ActionCallError("limit must be > 0")
             n = 1 if data.get("mode") in ("one", "one-at-a-time") else min(int(asked or 100), 100)
+            # each run's own queue (LangBot keeps one per run): items claimed for another run stay
             items: list[dict[str, Any]] = []
-            while self.steering and len(items) < n:
-                items.append(self.steering.popleft())
+            kept: deque[dict[str, Any]] = deque()
+            while self.steering:
+                item = self.steering.popleft()
+                if len(items) < n and item.get("claimed_run_id") in (None, run_id):
+                    items.append(item)
+                else:
+                    kept.append(item)
+            self.steering.extend(kept)
             return {"items": items}
         if name == "history_page":
             return self._history_page(ident, data)
@@ -768,10 +783,13 @@ class LocalHost:
             return {"results": list(self.kb_results)}
         raise ActionCallError(f"Knowledge base {kb_id} not found")
 
-    def queue_steering(self, run_ctx: RunnerContext, text: str, identity: Identity | None = None) -> None:
+    def queue_steering(self, run_ctx: RunnerContext, text: str, identity: Identity | None = None) -> str:
         """Claim a follow-up message for an active run (what LangBot does on a new message);
-        ``identity`` is who sent it (default: the run's own sender)."""
+        ``identity`` is who sent it (default: the run's own sender). Like LangBot 4.11.2
+        (``orchestrator._build_steering_item``) the item names the sender (``actor``) and the
+        conversation it came from (without launcher or sender fields). Returns the item's event id."""
         ident = identity or self._runs.get(run_ctx.run_id) or Identity()
+        event_id = str(uuid.uuid4())
         self.steering.append(
             {
                 "actor": {"actor_type": ident.actor_type, "actor_id": ident.actor_id,
@@ -779,10 +797,38 @@ class LocalHost:
                 "claimed_run_id": run_ctx.run_id,
                 "runner_id": self.runner_id,
                 "claimed_at": int(time.time()),
-                "event": {"event_id": str(uuid.uuid4()), "event_type": "message.received", "source": "platform"},
+                "event": {"event_id": event_id, "event_type": "message.received", "event_time": int(time.time()),
+                          "source": "platform"},
+                "conversation": {"conversation_id": ident.conversation_id, "thread_id": ident.thread_id,
+                                 "bot_id": ident.bot_id, "workspace_id": ident.workspace_id}
+                if ident.conversation_id else None,
                 "input": {"text": text, "contents": [{"type": "text", "text": text}]},
             }
         )
+        return event_id
+
+    def claim(self, text: str, identity: Identity | None = None) -> RunnerContext | None:
+        """What LangBot 4.11.2 does first with a new message (``try_claim_steering_from_query``,
+        host-contract.md §4.6): while a run that takes follow-ups (made with ``steering=True``) is
+        active on the same conversation, bot, workspace and thread, the message is claimed for the
+        oldest such run, whoever sent it, and written to the conversation's transcript (the next run
+        reads it there); returns that run's context. None: no run claims it, so the message starts a
+        run of its own."""
+        ident = identity or Identity()
+        if not ident.conversation_id:
+            return None
+        for run_id, ctx in self._steerable.items():
+            owner = self._runs.get(run_id)
+            if owner is not None and (owner.conversation_id, owner.bot_id, owner.workspace_id, owner.thread_id) == (
+                    ident.conversation_id, ident.bot_id, ident.workspace_id, ident.thread_id):
+                event_id = self.queue_steering(ctx, text, ident)
+                self._record_user(ident, event_id, text, [{"type": "text", "text": text}], [])
+                return ctx
+        return None
+
+    def end_run(self, run_id: str) -> None:
+        """The run is over (its terminal result, or the host stopped it): it claims nothing more."""
+        self._steerable.pop(run_id, None)
 
 
 _RESOURCE_ACTIONS: dict[str, Callable[[LocalHost, str, dict[str, Any]], Awaitable[dict[str, Any]]]] = {

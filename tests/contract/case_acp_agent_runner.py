@@ -10,7 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.contract.cases import PluginCase, faults_with
-from tests.contract.coding import AgentModelAPI, openai_image_received, seen_by_workspace, silent_stall, think
+from tests.contract.coding import (
+    AgentModelAPI,
+    openai_image_received,
+    permission_question,
+    seen_by_workspace,
+    silent_stall,
+    think,
+)
 
 AGENT = Path(__file__).resolve().parents[1] / "fakes" / "cli" / "acp_agent.py"
 KEY = "sk-contract-acp-secret-key"
@@ -78,5 +85,6 @@ def cases() -> list[PluginCase]:
             # an ACP agent sees no user (only its workspace), so that cell does not apply
             group_modes={"actor": "person", "conversation": "shared"},
             agent_pids=lambda srv: srv.agent_pids(),
+            question=permission_question(),
         )
     ]

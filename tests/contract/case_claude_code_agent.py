@@ -5,13 +5,14 @@ what the claude CLI turns each into (checked against claude 2.1.197, real-peers.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 from typing import Any
 
 from runner_kit.process import alive
 from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen, keyed_second_bot
-from tests.contract.coding import AgentModelAPI, silent_stall, think
+from tests.contract.coding import AgentModelAPI, permission_question, silent_stall, think
 from tests.fakes.model_api import ANTHROPIC
 
 FAKE_CLAUDE = str(Path(__file__).resolve().parents[1] / "fakes" / "cli" / "fake_claude.py")
@@ -66,7 +67,8 @@ def seen(srv: Any) -> list[Seen]:
         h = r.headers
         credential = h.get("x-api-key") or h.get("authorization", "").removeprefix("Bearer ")
         out.append(Seen(credential=credential, user=h.get("x-langbot-user", ""),
-                        conversation=h.get("x-claude-code-session-id", ""), cookie=h.get("cookie")))
+                        conversation=h.get("x-claude-code-session-id", ""), cookie=h.get("cookie"),
+                        sent=json.dumps(r.body, ensure_ascii=False)))
     return out
 
 
@@ -110,5 +112,6 @@ def cases() -> list[PluginCase]:
             # default workspace) is per person or shared the same way
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared"},
             agent_pids=lambda srv: srv.agent_pids(),
+            question=permission_question(),
         )
     ]

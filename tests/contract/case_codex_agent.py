@@ -11,7 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from tests.contract.cases import HTTP_FAULTS, PluginCase
-from tests.contract.coding import AgentModelAPI, openai_image_received, seen_by_workspace, silent_stall, think
+from tests.contract.coding import (
+    AgentModelAPI,
+    openai_image_received,
+    permission_question,
+    seen_by_workspace,
+    silent_stall,
+    think,
+)
 
 FAKE = Path(__file__).resolve().parents[1] / "fakes" / "cli" / "fake_codex.py"
 KEY = "sk-contract-codex-secret-key"
@@ -90,5 +97,6 @@ def cases() -> list[PluginCase]:
             # hashed: like actor (one thread per person); the lb_ id it derives never reaches Codex
             group_modes={"actor": "person", "conversation": "shared"},
             agent_pids=lambda srv: srv.agent_pids(),
+            question=permission_question(),
         )
     ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import PluginCase, Seen, keyed_second_bot
+from tests.contract.cases import PluginCase, Question, Seen, keyed_second_bot
 
 KEY = "pat_contract_secret_token_0001"
 BOT = "7400000000000000042"
@@ -49,8 +49,20 @@ def _seen(srv: Any) -> list[Seen]:
         body = r.json()
         out.append(Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
                         user=body.get("user_id", ""), conversation=r.query.get("conversation_id", ""),
-                        cookie=r.headers.get("cookie")))
+                        cookie=r.headers.get("cookie"), sent=r.body.decode("utf-8", "replace")))
     return out
+
+
+def _ask(srv: Any, on: bool) -> None:
+    # the bot calls a local function (get_local_time) and the chat ends in requires_action: a free-text
+    # question, so anything the asker types is the answer
+    srv.requires_action = on
+
+
+# received: the tool output Coze got for the chat that waits
+QUESTION = Question(ask=_ask, answer="14:05", click={"values": {"answer": "14:05"}},
+                    received=lambda srv: srv.tool_outputs[-1]["output"] if srv.tool_outputs else None,
+                    expect="14:05", shown="Coze asks", free_text=True)
 
 
 def cases() -> list[PluginCase]:
@@ -73,6 +85,7 @@ def cases() -> list[PluginCase]:
             second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
+            question=QUESTION,
         )
     ]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.contract.cases import PluginCase, Seen
@@ -45,7 +46,7 @@ def _seen(srv: Any) -> list[Seen]:
     # the "user" a request speaks as is the session it ends up in (its own new one, or the one it continues)
     return [
         Seen(credential=c.credential, user=c.session_out or c.session_in, conversation=c.session_in,
-             cookie=c.headers.get("cookie"))
+             cookie=c.headers.get("cookie"), sent=json.dumps(c.body, ensure_ascii=False))
         for c in srv.calls
     ]
 
@@ -70,5 +71,7 @@ def cases() -> list[PluginCase]:
             # DashScope is sent none (the group behaviour of hashed is tested in the plugin tests)
             group_modes={"actor": "person", "conversation": "shared", "legacy-session": "shared",
                          "legacy-bot": "shared"},
+            question="a DashScope application call always answers in full: an app cannot stop to ask the chat "
+                     "something and wait for the answer",
         )
     ]

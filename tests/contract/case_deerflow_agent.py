@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.contract.cases import PluginCase, Seen
+from tests.contract.cases import PluginCase, Question, Seen
 
 KEY = "df-pat-contract-secret-token"
 
@@ -72,8 +72,21 @@ def cases() -> list[PluginCase]:
             thread = srv.threads.get(tid)
             user = (thread.metadata.get("langbot_user") if thread else "") or ""
             out.append(Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "), user=user,
-                            conversation=tid, cookie=r.headers.get("cookie")))
+                            conversation=tid, cookie=r.headers.get("cookie"), sent=r.body.decode("utf-8", "replace")))
         return out
+
+    def ask(srv: Any, on: bool) -> None:
+        # the graph calls interrupt() with a question and two options; the next run resumes it
+        srv.interrupt_value = {"question": "Which city?", "options": ["Paris", "Berlin"]} if on else None
+
+    def resumed(srv: Any) -> str | None:
+        # the answer DeerFlow got: the last run that resumed the graph ({"command": {"resume": …}})
+        answers = [c["resume"] for r in srv.stream_requests()
+                   if isinstance(c := r.json().get("command"), dict) and "resume" in c]
+        if not answers:
+            return None
+        last = answers[-1]
+        return str(next(iter(last.values()), "")) if isinstance(last, dict) else str(last)
 
     def image_received(srv: Any) -> bool:
         for run in srv.runs:
@@ -104,5 +117,8 @@ def cases() -> list[PluginCase]:
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
+            # DeerFlow declares no interactions: its question is answered by typing
+            question=Question(ask=ask, answer="Paris", click={}, received=resumed, expect="Paris",
+                              shown="Which city?", free_text=True),
         )
     ]

@@ -72,7 +72,8 @@ def cases() -> list[PluginCase]:
                 continue
             body = r.json()
             out.append(Seen(credential=r.headers.get("x-api-key", ""), user=body.get("user_id") or "",
-                            conversation=body.get("session_id") or "", cookie=r.headers.get("cookie")))
+                            conversation=body.get("session_id") or "", cookie=r.headers.get("cookie"),
+                            sent=r.body.decode("utf-8", "replace")))
         return out
 
     def image_received(srv: Any) -> bool:
@@ -99,5 +100,7 @@ def cases() -> list[PluginCase]:
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
+            question="Langflow's run API has no step that pauses a flow for a person's answer: a flow that asks "
+                     "something asks it in its answer, and the reply is an ordinary next message",
         )
     ]

@@ -63,7 +63,8 @@ def cases() -> list[PluginCase]:
     def seen(srv: Any) -> list[Seen]:
         return [Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
                      user=r.headers.get("x-licos-current-user-id", ""),
-                     conversation=(r.json().get("session_id") or ""), cookie=r.headers.get("cookie"))
+                     conversation=(r.json().get("session_id") or ""), cookie=r.headers.get("cookie"),
+                     sent=r.body.decode("utf-8", "replace"))
                 for r in srv.find_requests("POST", "/stream_run")]
 
     return [
@@ -82,5 +83,7 @@ def cases() -> list[PluginCase]:
             seen=seen,
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared"},
+            question="a LICOS agent run has no step that waits for a person's answer: what it asks, it asks in its "
+                     "answer, and the reply is an ordinary next message",
         )
     ]

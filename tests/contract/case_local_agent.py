@@ -6,12 +6,13 @@ mapping), so several cells read differently from a runner that sees the HTTP res
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 from runners_cli.host import LocalHost
 from runners_cli.host_models import OpenAIChatModel
-from tests.contract.cases import HTTP_FAULTS, PluginCase, stream_tokens
+from tests.contract.cases import HTTP_FAULTS, PluginCase, Seen, stream_tokens
 from tests.fakes.openai import FakeOpenAI
 
 KEY = "sk-contract-local-agent-key"
@@ -83,6 +84,14 @@ def image_received(srv: FakeOpenAI) -> bool:
     )
 
 
+def seen(srv: FakeOpenAI) -> list[Seen]:
+    """Each model request LangBot made for the runner. LocalAgent keeps no upstream conversation:
+    its conversation is LangBot's own (the transcript it reads back), one per LangBot conversation,
+    so there is no user or conversation id upstream, only what each request carried."""
+    return [Seen(credential="", user="", conversation="", sent=json.dumps(body, ensure_ascii=False))
+            for body in srv.chat_requests]
+
+
 def cases() -> list[PluginCase]:
     return [
         PluginCase(
@@ -105,5 +114,8 @@ def cases() -> list[PluginCase]:
             # the agent loop runs inside the plugin process: every model request is made by it, so
             # "one live agent process for the whole run" is this process for each request
             agent_pids=lambda srv: [os.getpid()] * len(srv.chat_requests),
+            seen=seen,
+            question="LocalAgent runs LangBot's own tools, which LangBot runs without asking anyone: nothing waits "
+                     "for an answer in the chat",
         )
     ]

@@ -70,7 +70,8 @@ def cases() -> list[PluginCase]:
                 continue
             body = r.json()
             out.append(Seen(credential=r.headers.get(HEADER, ""), user=body.get("userId", ""),
-                            conversation=body.get("sessionId") or "", cookie=r.headers.get("cookie")))
+                            conversation=body.get("sessionId") or "", cookie=r.headers.get("cookie"),
+                            sent=r.body.decode("utf-8", "replace")))
         return out
 
     def second_bot(srv: Any, key: str) -> dict[str, Any]:
@@ -96,6 +97,8 @@ def cases() -> list[PluginCase]:
             seen=seen,
             second_bot=second_bot,
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared", "legacy-session": "shared"},
+            question="the webhook answers each message in full: a workflow that waits for a person (n8n's 'send "
+                     "and wait' nodes) waits for a form or link outside the chat, not for a chat message",
             base_url_key="webhook-url",
         )
     ]

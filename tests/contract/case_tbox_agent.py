@@ -47,7 +47,8 @@ def _seen(srv: Any) -> list[Seen]:
     for r in srv.chat_requests():
         body = r.json()
         out.append(Seen(credential=r.headers.get("authorization", ""), user=body.get("userId", ""),
-                        conversation=body.get("conversationId") or "", cookie=r.headers.get("cookie")))
+                        conversation=body.get("conversationId") or "", cookie=r.headers.get("cookie"),
+                        sent=r.body.decode("utf-8", "replace")))
     return out
 
 
@@ -71,5 +72,7 @@ def cases() -> list[PluginCase]:
             second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
+            question="Tbox's chat API answers each message in full: an app cannot stop to ask the chat something "
+                     "and wait for the answer",
         )
     ]

@@ -55,7 +55,8 @@ def _seen(srv: Any) -> list[Seen]:
     out = []
     for r in srv.chat_requests():
         out.append(Seen(credential=r.headers.get("x-api-key", ""), user=r.headers.get("x-external-user-id", ""),
-                        conversation=r.path.rsplit("/", 1)[-1], cookie=r.headers.get("cookie")))
+                        conversation=r.path.rsplit("/", 1)[-1], cookie=r.headers.get("cookie"),
+                        sent=r.body.decode("utf-8", "replace")))
     return out
 
 
@@ -82,5 +83,7 @@ def cases() -> list[PluginCase]:
             second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
+            question="WeKnora answers each question from its knowledge bases in full: nothing stops to ask the chat "
+                     "and wait for an answer",
         )
     ]

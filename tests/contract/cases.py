@@ -52,6 +52,7 @@ class Seen:
     user: str  # the end-user identity the platform scopes conversations by
     conversation: str  # the upstream conversation the request continues ("" = a new one)
     cookie: str | None = None  # a Cookie header, which no request may carry
+    sent: str = ""  # what the request carried, as text (the group cells find whose message went where)
 
 
 def stream_tokens(srv: Any, tokens: list[str], delay: float) -> None:
@@ -74,6 +75,24 @@ def keyed_second_bot(config: Callable[[Any, str], dict[str, Any]]) -> Callable[[
         return config(srv, key)
 
     return second_bot
+
+
+@dataclass
+class Question:
+    """How a case's fake asks the chat something the run leaves open for a later answer (a coding
+    agent's permission request under ``permission-mode: ask``, Dify's Human Input form, Coze's
+    ``requires_action``, a DeerFlow graph interrupt), for the group cells (tests/contract/test_group.py)."""
+
+    ask: Callable[[Any, bool], None]  # True: the fake's next answer asks; False: it answers plainly again
+    answer: str  # what the asker types to answer it
+    click: dict[str, Any]  # the asker's click on the buttons: {"action_id": …} and/or {"values": {…}}
+    received: Callable[[Any], str | None]  # the answer the platform got (None while it got none)
+    expect: str  # what ``received`` says once the asker's answer (typed or clicked) reached it
+    config: dict[str, Any] = field(default_factory=dict)  # what the runner's config needs to ask
+    shown: str = ""  # words of the question as the chat shows it in text
+    # any words answer it (a free-text question): an approver in their own session then answers it
+    # only with its button, since their typed words are their own message
+    free_text: bool = False
 
 
 @dataclass
@@ -118,6 +137,10 @@ class PluginCase:
     # register on the test's local host what the runner's config selects (models, tools, knowledge
     # bases served from the fake); the ``host`` fixture then also starts the fake (``server``)
     prepare_host: Callable[[Any, LocalHost], None] | None = None
+    # -- group cells (tests/contract/test_group.py) --
+    # how the fake asks a question the run leaves open, or why this platform never asks (a reason a
+    # user would accept); None: not written down yet
+    question: Question | str | None = None
 
     def __post_init__(self) -> None:
         if self.secrets is None:
@@ -157,8 +180,19 @@ def _dify_cases() -> list[PluginCase]:
             body = r.json()
             out.append(Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
                             user=body.get("user", ""), conversation=body.get("conversation_id") or "",
-                            cookie=r.headers.get("cookie")))
+                            cookie=r.headers.get("cookie"), sent=r.body.decode("utf-8", "replace")))
         return out
+
+    def ask(srv: Any, on: bool) -> None:
+        # a chatflow whose Human Input node asks to approve or reject
+        srv.mode = "chatflow"
+        srv.human_input = {"node_title": "Approval", "form_content": "Publish the draft?", "inputs": [],
+                           "actions": [{"id": "approve", "title": "Approve", "button_style": "primary"},
+                                       {"id": "reject", "title": "Reject", "button_style": "default"}]} if on else None
+
+    question = Question(ask=ask, answer="1", click={"action_id": "approve"},
+                        received=lambda srv: srv.form_submissions[-1]["action"] if srv.form_submissions else None,
+                        expect="approve", config={"app-type": "chatflow"}, shown="Publish the draft?")
 
     return [
         PluginCase(
@@ -180,6 +214,7 @@ def _dify_cases() -> list[PluginCase]:
             second_bot=keyed_second_bot(dify_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},
+            question=question,
         )
     ]
 

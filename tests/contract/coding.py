@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.contract.cases import Seen
+from tests.contract.cases import Question, Seen
 from tests.fakes.model_api import FakeModelAPI
 
 DATA_ENV = "RUNNER_KIT_DATA_DIR"
@@ -82,7 +82,7 @@ def seen_by_workspace(conversation_header: str) -> Callable[[Any], list[Seen]]:
     def seen(srv: Any) -> list[Seen]:
         return [Seen(credential=r.headers.get("authorization", "").removeprefix("Bearer "),
                      user=r.headers.get("x-fake-agent-cwd", ""), conversation=r.headers.get(conversation_header, ""),
-                     cookie=r.headers.get("cookie"))
+                     cookie=r.headers.get("cookie"), sent=json.dumps(r.body, ensure_ascii=False))
                 for r in srv.model_requests() if r.api == "openai"]
 
     return seen
@@ -93,3 +93,30 @@ def openai_image_received(srv: Any) -> bool:
     return any(c.get("type") == "input_image" and str(c.get("image_url", "")).startswith("data:image/")
                for r in srv.model_requests() for item in r.body.get("input") or []
                if isinstance(item, dict) for c in item.get("content") or [] if isinstance(c, dict))
+
+
+# the tool the scripted agent asks to run (it writes, so every agent asks before it runs it); its
+# output ("ok-42") is not in the command's own text, so a model request carrying it proves it ran
+ASKED_COMMAND = "touch asked.txt && echo ok-$((6*7))"
+
+
+def _tool_answer(srv: Any) -> str | None:
+    """"allowed" once the agent sent the model the asked command's output, "denied" when it sent a
+    tool result without it (the person said no), None while the agent still waits."""
+    bodies = [json.dumps(r.body, ensure_ascii=False) for r in srv.model_requests()]
+    if any("ok-42" in b for b in bodies):
+        return "allowed"
+    if any('"tool_result"' in b or '"function_call_output"' in b for b in bodies):
+        return "denied"
+    return None
+
+
+def permission_question() -> Question:
+    """A coding agent's question under ``permission-mode: ask``: the model asks to run a shell
+    command, the agent asks the chat for permission; "yes" (or the Allow button) lets it run."""
+
+    def ask(srv: Any, on: bool) -> None:
+        srv.tool_command = ASKED_COMMAND if on else None
+
+    return Question(ask=ask, answer="yes", click={"action_id": "allow"}, received=_tool_answer, expect="allowed",
+                    config={"advanced-settings": True, "permission-mode": "ask"}, shown="wants to")
