@@ -542,15 +542,17 @@ class Host:
                  json={"name": name, "description": current.get("description") or "", "config": config})
         return pipeline
 
-    def create_lark_bot(self, name: str, pipeline: str, lark: FakeLark) -> str:
+    def create_lark_bot(self, name: str, pipeline: str, lark: FakeLark, *, stream_reply: bool = False) -> str:
         """A webhook-mode ``lark-omni`` bot (the adapter that renders interactions as card buttons)
-        pointed at ``lark``, routing every message to ``pipeline``; returns its uuid."""
+        pointed at ``lark``, routing every message to ``pipeline``; returns its uuid. ``stream_reply``
+        is the bot's "Enable Stream Reply Mode" (off by default, as in LangBot): replies then go out
+        as updating CardKit cards instead of messages."""
         body = {
             "name": name, "description": "", "adapter": "lark-omni", "enable": True,
             "adapter_config": {"app_id": "cli_e2e", "app_secret": "secret-e2e", "domain": "custom",
                                "custom_domain": lark.base_url, "enable-webhook": True,
                                "verification-token": lark.token, "encrypt-key": "",
-                               "enable-stream-reply": False},
+                               "enable-stream-reply": stream_reply},
             "event_bindings": [{"event_pattern": "message.received", "target_type": "pipeline",
                                 "target_uuid": pipeline, "filters": [], "priority": 0, "enabled": True}],
         }
@@ -981,6 +983,7 @@ class FakeLark:
 
     token = "vt-e2e"
     user = "ou_e2e_user"
+    bot_open_id = "ou_bot"  # what the recipe's /open-apis/bot/v3/info answers: the bot's own open_id
 
     def __init__(self, root: Path):
         if not LARK_RECIPE.is_file():
@@ -1011,21 +1014,43 @@ class FakeLark:
         return {"event_id": f"ev-{uuid.uuid4().hex}", "token": self.token, "create_time": str(int(time.time() * 1000)),
                 "event_type": event_type, "tenant_key": "tk-e2e", "app_id": "cli_e2e"}
 
-    def message(self, text: str) -> dict[str, Any]:
-        """An ``im.message.receive_v1`` event: the user writes ``text`` to the bot in a private chat."""
-        return {"schema": "2.0", "header": self._header("im.message.receive_v1"), "event": {
-            "sender": {"sender_id": {"open_id": self.user, "user_id": "u_e2e", "union_id": "on_e2e"},
-                       "sender_type": "user", "tenant_key": "tk-e2e"},
-            "message": {"message_id": f"om_in_{uuid.uuid4().hex[:12]}", "create_time": str(int(time.time() * 1000)),
-                        "chat_id": "oc_p2p", "chat_type": "p2p", "message_type": "text",
-                        "content": json.dumps({"text": text})}}}
+    def message(self, text: str, *, sender: str | None = None, group: str | None = None) -> dict[str, Any]:
+        """An ``im.message.receive_v1`` event: the user writes ``text`` to the bot in a private chat.
 
-    def click(self, value: dict[str, Any], message_id: str = "om_out_1") -> dict[str, Any]:
-        """A ``card.action.trigger`` event: the user clicks the button whose value is ``value``."""
+        With ``group`` (a chat id), member ``sender`` (an open_id, default :attr:`user`) writes it in
+        that group chat, @-mentioning the bot first as Lark sends it (``@_user_1`` in the text, the
+        bot in ``mentions``): LangBot's default group respond rule answers only a message that
+        @-mentions the bot. LangBot 4.11.2 names a Lark sender by the ``union_id`` of the event
+        (:meth:`member_name`)."""
+        who = sender or self.user
+        message: dict[str, Any] = {
+            "message_id": f"om_in_{uuid.uuid4().hex[:12]}", "create_time": str(int(time.time() * 1000)),
+            "chat_id": "oc_p2p", "chat_type": "p2p", "message_type": "text", "content": json.dumps({"text": text})}
+        if group is not None:
+            message.update(chat_id=group, chat_type="group", content=json.dumps({"text": f"@_user_1 {text}"}),
+                           mentions=[{"key": "@_user_1", "name": "probe", "tenant_key": "tk-e2e",
+                                      "mentioned_type": "bot",
+                                      "id": {"open_id": self.bot_open_id, "union_id": "on_bot", "user_id": ""}}])
+        return {"schema": "2.0", "header": self._header("im.message.receive_v1"), "event": {
+            "sender": {"sender_id": {"open_id": who, "user_id": f"u_{who}" if sender else "u_e2e",
+                                     "union_id": self.member_name(who)},
+                       "sender_type": "user", "tenant_key": "tk-e2e"},
+            "message": message}}
+
+    def member_name(self, open_id: str) -> str:
+        """The name LangBot 4.11.2 gives the sender ``open_id`` of :meth:`message` (the event's
+        ``union_id``: the Lark adapter takes it as the sender's nickname)."""
+        return "on_e2e" if open_id == self.user else "on_" + open_id.removeprefix("ou_")
+
+    def click(self, value: dict[str, Any], message_id: str = "om_out_1", *, sender: str | None = None,
+              group: str | None = None) -> dict[str, Any]:
+        """A ``card.action.trigger`` event: the user clicks the button whose value is ``value``
+        (in group chat ``group``: member ``sender`` clicks it)."""
+        who = sender or self.user
         return {"schema": "2.0", "header": self._header("card.action.trigger"), "event": {
-            "operator": {"open_id": self.user, "user_id": "u_e2e"},
+            "operator": {"open_id": who, "user_id": f"u_{who}" if sender else "u_e2e"},
             "action": {"tag": "button", "value": value},
-            "context": {"open_message_id": message_id, "open_chat_id": "oc_p2p"}}}
+            "context": {"open_message_id": message_id, "open_chat_id": group or "oc_p2p"}}}
 
     def buttons(self) -> list[tuple[str, dict[str, Any]]]:
         """``(label, callback value)`` of every interaction button in the cards LangBot sent."""

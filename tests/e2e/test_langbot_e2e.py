@@ -286,7 +286,9 @@ def test_coding_agent_answers_a_follow_up_in_the_same_live_process(
     workspace = tmp_path / "workspace"
     with FakeModelAPI() as api:
         api.answer_tokens = ["Working ", "on ", "it ", "now."]
-        api.token_delay = 0.6
+        # the first answer takes ~6 s, so the follow-up (sent 1.2 s in) reaches the run while it works
+        # even when the test machine is busy (at 0.6 s a token, a loaded run once ended first)
+        api.token_delay = 1.5
         base = api.anthropic_base_url() if CODING[plugin][1] == "anthropic" else api.openai_base_url()
         config = {"executable": executable, "base-url": base, "api-key": api.api_key, "model": "fake-model",
                   "workspace": str(workspace), "permission-mode": "read-only", "timeout": 120,
