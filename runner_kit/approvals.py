@@ -478,6 +478,7 @@ class Parked:
     index: int = 0
     timer: asyncio.TimerHandle | None = None
     closing: asyncio.Task[None] | None = None
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)  # set: end the grace now (a run needs the session)
     slot: Any = None  # the sessions.Slot it keeps busy until answered or stopped
 
 
@@ -560,7 +561,8 @@ def _expire(p: Parked, why: str | None) -> None:
     log.info("%s: question %s %s: denied", p.agent, p.question.id, "expired" if why is None else why)
     p.closing = asyncio.ensure_future(_close_parked(p))
     if p.slot is not None:
-        p.slot.closing = p.closing  # a next run of the session cuts the grace short
+        p.slot.closing = p.closing  # a next run of the session cuts the grace short (p.hurry)
+        p.slot.hurry = p.hurry
     _CLOSING.add(p)
     p.closing.add_done_callback(lambda _t: _CLOSING.discard(p))
 
@@ -568,9 +570,9 @@ def _expire(p: Parked, why: str | None) -> None:
 async def _close_parked(p: Parked) -> None:
     """Give the agent a moment to take the denial into its session, then stop it."""
     try:
-        await asyncio.sleep(PARK_GRACE)
-    except asyncio.CancelledError:
-        pass  # close_all: stop it now
+        await asyncio.wait_for(p.hurry.wait(), PARK_GRACE)
+    except (TimeoutError, asyncio.CancelledError):
+        pass  # the grace is over, or we are being torn down: stop it now
     await _stop(p)
 
 
@@ -597,9 +599,10 @@ async def close_all() -> None:
     loop = asyncio.get_running_loop()
     closing = [p.closing for p in list(_CLOSING)
                if p.closing is not None and not p.closing.done() and p.closing.get_loop() is loop]
+    for p in list(_CLOSING):
+        p.hurry.set()  # skips the grace; each task still stops its agent (even one not started yet,
+        # which a cancel would have ended before its first step)
     _CLOSING.clear()  # what is left belongs to a loop that is gone
-    for task in closing:
-        task.cancel()  # skips the grace; the task still stops its agent
     if closing:
         await asyncio.gather(*closing, return_exceptions=True)
 

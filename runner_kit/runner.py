@@ -33,7 +33,7 @@ from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
-from . import agent_mcp, sessions
+from . import agent_mcp, routing, sessions
 from . import approvals as ap
 from . import events as ev
 from .channel import Channel
@@ -291,195 +291,6 @@ def _builder(ctx: RunnerContext, config: Config | None, *, multi_turn: bool = Fa
     return builder
 
 
-BUSY_NOTICE_AFTER = 1.0  # seconds a run waits for its session before it says so in the chat
-BUSY_NOTE = "(An earlier message of this conversation is still being answered; yours comes right after.)"
-PARKED_CHECK = 0.25  # seconds between looks, while a run waits for its session, at whether its agent asks
-
-
-async def _acquire(lock: asyncio.Lock, timeout: float | None) -> bool:
-    """``lock`` acquired within ``timeout`` seconds (None: however long it takes)? Unlike
-    ``wait_for(lock.acquire())`` on Python 3.11, a lock granted just as the time runs out, or as
-    the run is cancelled, is never left held by nobody."""
-    task = asyncio.ensure_future(lock.acquire())
-    try:
-        await asyncio.wait({task}, timeout=timeout)
-        if not task.done():
-            task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():  # type: ignore[union-attr]
-                raise  # the run itself is being cancelled
-            return False
-        return True
-    except BaseException:
-        task.cancel()
-        if task.done() and not task.cancelled() and task.exception() is None:
-            lock.release()  # granted, but nobody will hold it
-        raise
-
-
-class _Hold:
-    """The session whose lock a run holds (set the moment it is acquired, so a cancel right after
-    cannot leave it locked)."""
-
-    __slots__ = ("parked", "slot")
-
-    def __init__(self) -> None:
-        self.slot: sessions.Slot | None = None
-        self.parked = False  # _take found the session's agent waiting on a question: not taken
-
-
-async def _take(slot: sessions.Slot | None, env: RunEnv, builder: ResultBuilder, hold: _Hold) -> AsyncGenerator[RunnerResult, None]:
-    """Wait until the session is this run's (runs of one session go one after another, in the
-    order they came), saying so in one line when that takes a moment; then read what the run
-    before stored. When the session's agent is (or, while this run waits, comes to be) waiting on
-    a question, the session is not taken and ``hold.parked`` says so: the caller answers the
-    question with the message or keeps the message for after it, instead of waiting it out."""
-    hold.parked = False
-    if slot is None:
-        return
-    if slot.closing is not None and not slot.closing.done():
-        slot.closing.cancel()  # the agent whose question expired is stopped now: this run needs the session
-    if slot.parked is not None:
-        hold.parked = True
-        return
-    if not slot.lock.locked() and not slot.waiting:
-        await slot.lock.acquire()  # free, and nobody waits for it: taken at once, without waiting
-    else:
-        env.budget()
-        notice_at = time.monotonic() + BUSY_NOTICE_AFTER
-        noticed = False
-        slot.waiting += 1
-        task = asyncio.ensure_future(slot.lock.acquire())  # one place in the queue for the whole wait
-        taken = False
-        try:
-            while not task.done():
-                now = time.monotonic()
-                if (left := env.deadline - now) <= 0:
-                    raise RunnerError("upstream.timeout", "the run's time limit was reached while an earlier message "
-                                      "of this conversation was still being answered")
-                step = min(PARKED_CHECK, left) if noticed else min(PARKED_CHECK, left, max(notice_at - now, 0.0))
-                await asyncio.wait({task}, timeout=step)
-                if task.done():
-                    break
-                if slot.parked is not None:
-                    hold.parked = True
-                    return
-                if not noticed and time.monotonic() >= notice_at:
-                    noticed = True
-                    yield builder.notice_message(BUSY_NOTE)
-                    builder.next_message()
-            task.result()
-            taken = True
-        finally:
-            slot.waiting -= 1
-            if not taken:  # the question came first, the time ran out, or the run was cancelled
-                if not task.done():
-                    task.cancel()  # a lock granted to it meanwhile is passed on by Lock.acquire itself
-                elif not task.cancelled() and task.exception() is None:
-                    slot.lock.release()  # granted just now, but nobody will hold it
-    hold.slot = slot
-    if slot.catch_up(env.ctx):
-        env.refresh()
-
-
-def _several(ctx: Any, batch: list[Any]) -> bool:
-    """Whether a turn's messages come from more than one person (their names are kept then)."""
-    people = {ap.actor_of(ctx)[0]} | {ap.actor_of(item)[0] for item in batch}
-    return len(people) > 1
-
-
-def _held_input(held: list[sessions.Held], inp: UserInput | None = None,
-                who: tuple[str | None, str | None] | None = None,
-                known: list[tuple[str | None, str | None]] | tuple[()] = ()) -> UserInput:
-    """One turn's input from messages kept while the session's question was open, each with its
-    sender's name, and then this run's own message ``inp`` (from ``who``, its sender's actor id and
-    name; unnamed without a name). Two people with one display name, among them and ``known`` (the
-    others this turn is about: the run's sender, the asker), are told apart by their actor ids."""
-    mine = who if who is not None and who[1] else None
-    shown = sessions.labels([*known, *(sessions.person(h) for h in held), *([mine] if mine else [])])
-    texts = [sessions.named(shown[sessions.person(h)], h.input.text) for h in held]
-    files = [f for h in held for f in h.input.files]
-    skipped = [x for h in held for x in h.input.skipped]
-    params: dict[str, Any] = dict(held[-1].input.params) if held else {}
-    if inp is not None:
-        if inp.text.strip() or inp.files:
-            texts.append(sessions.named(shown[mine], inp.text) if mine else inp.text.strip())
-        files += inp.files
-        skipped += inp.skipped
-        params = inp.params
-    return UserInput(text="\n\n".join(t for t in texts if t), files=files, params=params, skipped=skipped)
-
-
-def _with_held(slot: sessions.Slot | None, inp: UserInput, who: tuple[str | None, str | None] | None,
-               known: list[tuple[str | None, str | None]] | tuple[()] = ()) -> UserInput:
-    """``inp``, after whatever was kept for this session while its question was open."""
-    if slot is None or not slot.held:
-        return inp
-    return _held_input(slot.take_held(), inp, who, known)
-
-
-def _find_parked(ctx: RunnerContext, platform: str, slot: sessions.Slot | None,
-                 inp: UserInput) -> ap.Parked | str | None:
-    """The parked turn this run is about: the one a click names (in any session of the
-    conversation), the run's own session's, or one whose ``approvers`` include this sender and
-    whose question this typed reply answers; a line to say instead when that reply would answer
-    the questions of several sessions (which one is meant cannot be told)."""
-    conv = sessions.conversation_key(ctx, platform)
-    submission = getattr(ctx.input, "interaction", None)
-    if submission is not None:
-        wanted = getattr(submission, "interaction_id", None)
-        for p in ap.waiting_in(conv):
-            if p.question.id == wanted:
-                return ap.claim(p.key)
-        return None
-    own = ap.claim(slot.key) if slot is not None else None
-    if own is not None:
-        return own
-    actor = ap.actor_of(ctx)[0]
-    if actor and inp.text and not inp.files:
-        found = _answerable_elsewhere(conv, actor, inp.text)
-        if len(found) > 1:
-            return _which_question([p.gate for p in found])
-        if found:
-            return ap.claim(found[0].key)
-    return None
-
-
-def _answerable_elsewhere(conv: str | None, actor: str | None, text: str, but: str | None = None) -> list[ap.Parked]:
-    """The open questions of other sessions of ``conv`` (not ``but``) that ``actor``, one of their
-    ``approvers``, answers with ``text`` typed from their own session: only a reply that names a
-    choice, never free text (their own message to their own session is no answer to someone
-    else's question)."""
-    if not actor or not text:
-        return []
-    return [p for p in ap.waiting_in(conv) if p.key != but and actor in p.gate.listed
-            and ap.parse_answer(text, replace(p.question, free_text=False)) is not None]
-
-
-def _which_question(gates: list[ap.Gate]) -> str:
-    """What an approver is told when a typed answer fits the open questions of several people: an
-    "allow" must never go to whichever of them was asked first (another member could have asked
-    that one, just before, to catch it)."""
-    askers = list(dict.fromkeys(g.asker_name or g.asker or "someone" for g in gates))
-    return (f"(Questions of {' and '.join(askers)} are waiting, so which one that answers cannot be told: "
-            "answer with the question's buttons, or let the person who asked answer.)")
-
-
-def _route(ctx: Any, item: Any, platform: str, base: str | None, source: str | None) -> str | None:
-    """The session a follow-up LangBot claimed for this run goes to: its sender's; or, for a typed
-    reply of one of ``approvers`` that answers another session's open question, that session's
-    (as for a message of their own, :func:`_find_parked`)."""
-    item_ctx = sessions.view(ctx, item)
-    key = sessions.key_of(item_ctx, platform, base, source)
-    if key is None or key in ap.PARKED:
-        return key
-    found = _answerable_elsewhere(sessions.conversation_key(item_ctx, platform), ap.actor_of(item)[0],
-                                  text_of(item), but=key)
-    return found[0].key if len(found) == 1 else key  # several: which one cannot be told, so none
-
-
 async def drive(
     ctx: RunnerContext, adapter_cls: type[Adapter], schema: ConfigSchema
 ) -> AsyncGenerator[RunnerResult, None]:
@@ -504,7 +315,7 @@ async def drive(
     steer: Steering | None = None
     pump = _Pump()
     entered: list[sessions.Slot | None] = []  # the sessions this run counted itself in
-    hold = _Hold()  # the session whose lock this run holds
+    hold = routing.Hold()  # the session whose lock this run holds
 
     async def one_turn(
         make: Callable[[int], Adapter], turn_input: UserInput, index: int, watch: Steering | None,
@@ -559,7 +370,7 @@ async def drive(
             env.slot = slot
             builder.on_state = slot.wrote if slot is not None else None
             if not adapter_cls.multi_turn:
-                async with aclosing(_take(slot, env, builder, hold)) as waited:
+                async with aclosing(routing.take(slot, env, builder, hold)) as waited:
                     async for r in waited:
                         yield r
                 first_env = env
@@ -577,7 +388,7 @@ async def drive(
                 yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
             steer = Steering.for_run(ctx)
-            steer.route = lambda item: _route(ctx, item, platform, adapter_cls.session_key, source)
+            steer.route = lambda item: routing.route(ctx, item, platform, adapter_cls.session_key, source)
 
             def own_key(item: Any) -> str | None:
                 return sessions.key_of(sessions.view(ctx, item), platform, adapter_cls.session_key, source)
@@ -597,19 +408,19 @@ async def drive(
             # a message, or its agent waits on a question): a message LangBot still claims for this
             # run then goes to its sender's session (answers its question, waits for it, or is answered)
             session_adapter: Adapter | None = None
-            waiting = _find_parked(ctx, platform, slot, inp)
+            waiting = routing.find_parked(ctx, platform, slot, inp)
             if isinstance(waiting, str):  # a typed answer that fits several people's questions
                 yield builder.notice_message(waiting)
                 builder.next_message()
                 waiting, turn_input = None, None
             elif waiting is None:
-                gone = _gone_click(ctx, env)
+                gone = routing.gone_click(ctx, env)
                 if gone is None:
-                    async with aclosing(_take(slot, env, builder, hold)) as waited:
+                    async with aclosing(routing.take(slot, env, builder, hold)) as waited:
                         async for r in waited:
                             yield r
                     if hold.parked:  # the session's agent asked a question while this run waited for it
-                        found = _find_parked(ctx, platform, slot, inp)
+                        found = routing.find_parked(ctx, platform, slot, inp)
                         waiting = found if isinstance(found, ap.Parked) else None
                         if waiting is None:
                             gone = found if isinstance(found, str) else "(That question is no longer waiting.)"
@@ -618,7 +429,7 @@ async def drive(
                     builder.next_message()
                     turn_input = None
                 elif waiting is None:
-                    stale = _stale_question(ctx, env, inp)
+                    stale = routing.stale_question(ctx, env, inp)
                     # messages kept for this session long ago and forgotten since (sessions.sweep): named
                     missed = sessions.missed(slot.key if slot is not None else None)
                     if stale is not None:
@@ -636,9 +447,9 @@ async def drive(
                         if stale is not None and stale[1] and slot is not None:
                             # an answer to a question that is gone: what was kept for after that question
                             # (other members' messages) is what the agent gets now, never dropped with it
-                            turn_input = _held_input(slot.take_held(), known=[ap.actor_of(ctx)])
+                            turn_input = routing.held_input(slot.take_held(), known=[ap.actor_of(ctx)])
                         else:
-                            turn_input = _with_held(slot, inp, ap.actor_of(ctx))
+                            turn_input = routing.with_held(slot, inp, ap.actor_of(ctx))
                         live = session_adapter = adapter_cls(env)
             if waiting is not None:
                 attach = _attach(waiting, ctx, env, inp)
@@ -730,7 +541,7 @@ async def drive(
                              UserInput(text=f"{told}\n\n{after.text}".strip(), files=after.files,
                                        params=after.params, skipped=after.skipped))
                 if after is None and hold.slot is not None and hold.slot.held:
-                    after = _held_input(hold.slot.take_held(),  # kept while the question was open
+                    after = routing.held_input(hold.slot.take_held(),  # kept while the question was open
                                         known=[ap.actor_of(env.ctx), env.turn_actor])
                 if after is not None:
                     turn_input, after = after, None
@@ -774,7 +585,7 @@ async def drive(
                     session_adapter = None
                     turn_input = None
                     steer.pending.extend(items)  # named as unanswered should this run end before they are answered
-                    async with aclosing(_take(other, env, builder, hold)) as waited:
+                    async with aclosing(routing.take(other, env, builder, hold)) as waited:
                         async for r in waited:
                             yield r
                     if hold.parked:  # that session's agent waits on a question: answered here, or kept for after it
@@ -851,9 +662,9 @@ async def drive(
                 # one-word message someone else adds right after never makes the question theirs)
                 env.turn_actor = ap.actor_of(batch[0]) if ap.actor_of(batch[0])[0] else env.turn_actor
                 turn_input = await follow_up_input(env.ctx, batch, max_bytes=env.max_bytes,
-                                                   names=_several(env.ctx, batch))
+                                                   names=routing.several(env.ctx, batch))
                 if hold.slot is not None and hold.slot.held:
-                    turn_input = _with_held(hold.slot, turn_input, None if _several(env.ctx, batch) else
+                    turn_input = routing.with_held(hold.slot, turn_input, None if routing.several(env.ctx, batch) else
                                             ap.actor_of(batch[-1]),
                                             known=[ap.actor_of(env.ctx), *(ap.actor_of(i) for i in batch)])
                 index += 1
@@ -1239,50 +1050,6 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     return a
 
 
-def _gone_click(ctx: RunnerContext, env: RunEnv) -> str | None:
-    """A click on a question no agent waits on, other than the one recorded for this session (that
-    one is :func:`_stale_question`'s): what to say. None when this run is no such click."""
-    submission = getattr(ctx.input, "interaction", None)
-    if submission is None:
-        return None
-    clicked = str(getattr(submission, "interaction_id", "") or "")
-    record = (ctx.state.conversation or {}).get(env.pending_key)
-    if isinstance(record, dict) and str(record.get("id") or "") == clicked and (
-            env.slot is None or env.slot.parked is None):
-        return None  # the recorded question, whose agent is gone: _stale_question says so and clears it
-    by = ap.ANSWERED.get(clicked)
-    if by is not None:
-        return f"(That question was already answered{f' by {by}' if by else ''}.)"
-    return "(That question is no longer waiting: the agent was restarted or it expired. Send your request again.)"
-
-
-def _stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[str, bool] | None:
-    """A question recorded in state whose agent is gone (expired, or the plugin restarted):
-    ``(what to say, whether this run ends there)``; None when there is none."""
-    record = (ctx.state.conversation or {}).get(env.pending_key)
-    submission = getattr(ctx.input, "interaction", None)
-    if record is None:
-        if submission is not None:
-            by = ap.ANSWERED.get(str(getattr(submission, "interaction_id", "")))
-            if by is not None:
-                return f"(That question was already answered{f' by {by}' if by else ''}.)", True
-            return "(That question is no longer waiting: the agent was restarted or it expired. " \
-                   "Send your request again.)", True
-        return None
-    if not isinstance(record, dict):
-        record = {}  # stored in another shape (another version): still a question nobody can answer now
-    title = " ".join(str(record.get("title") or "the agent's question").split())[:300]
-    try:
-        expired = time.time() >= float(record.get("expires_at") or 0)
-    except (TypeError, ValueError, OverflowError):
-        expired = True
-    why = "nobody answered in time" if expired else "the agent was restarted since"
-    q = ap.Question(title=title, kind=str(record.get("kind") or "permission"), free_text=False)
-    is_answer = submission is not None or ap.parse_answer(inp.text, q) is not None
-    text = f"(“{title}” is no longer waiting and was denied: {why}.)"
-    return (text[:-1] + " Send your request again.)" if is_answer else text), is_answer
-
-
 ASK_RESERVE = 30.0  # what a typed wait leaves of the run for the agent to go on with the answer
 
 
@@ -1411,12 +1178,12 @@ async def _typed_wait(
                 # not one that fits another session's open question too (which is meant?)
                 if steer.session_of(follow) not in (None, env.slot.key):
                     d = ap.parse_answer(text_of(follow), replace(q, free_text=False))
-                elsewhere = _answerable_elsewhere(sessions.conversation_of(env.slot.key), actor, text_of(follow),
+                elsewhere = routing.answerable_elsewhere(sessions.conversation_of(env.slot.key), actor, text_of(follow),
                                                   but=env.slot.key) if d is not None else []
                 if elsewhere:
                     yield builder.log(f"question {q.id}: a typed answer from {actor_name or 'someone'} fits "
                                       f"{len(elsewhere) + 1} open questions; not taken")
-                    yield builder.notice_message(_which_question([gate, *(p.gate for p in elsewhere)]))
+                    yield builder.notice_message(routing.which_question([gate, *(p.gate for p in elsewhere)]))
                     builder.next_message()
                     continue
             if d is None or not gate.may_answer(actor):

@@ -65,6 +65,7 @@ class Slot:
     users: int = 0  # runs that entered and have not left
     waiting: int = 0  # runs waiting for the lock: a newcomer queues behind them, even the moment it is free
     closing: asyncio.Task[None] | None = None  # an expired question's agent, given a moment to take the denial
+    hurry: asyncio.Event | None = None  # set: that moment is over (a run needs the session)
 
     def wrote(self, key: str, value: Any, scope: str = "conversation") -> None:
         """A run of this session stored ``value`` under ``key`` (conversation scope only)."""

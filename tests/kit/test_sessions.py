@@ -10,7 +10,7 @@ import pytest
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
-from runner_kit import runner as kit_runner
+from runner_kit import routing as kit_routing
 from runner_kit import sessions
 from runner_kit.config import ConfigSchema
 from runner_kit.runner import INTERRUPTED_NOTE, Adapter
@@ -163,7 +163,7 @@ async def test_two_runs_of_one_session_go_one_after_another_and_the_second_conti
 
 
 async def test_a_run_that_waits_long_says_so_in_one_line(monkeypatch):
-    monkeypatch.setattr(kit_runner, "BUSY_NOTICE_AFTER", 0.02)
+    monkeypatch.setattr(kit_routing, "BUSY_NOTICE_AFTER", 0.02)
     runner, host, cls = make(started=asyncio.Event())
     first = host.make_context("slow one", identity=ALICE, config=SHARED)
     second = host.make_context("two", identity=BOB, config=SHARED)
@@ -172,7 +172,7 @@ async def test_a_run_that_waits_long_says_so_in_one_line(monkeypatch):
     out_b = await collect(runner, host, second)
     await a
     said = messages(out_b)
-    assert said[0] == kit_runner.BUSY_NOTE and said[1].endswith("got: two")
+    assert said[0] == kit_routing.BUSY_NOTE and said[1].endswith("got: two")
     assert [t["stored"] for t in cls.log] == [None, "sess-conversation_conv-1-0"]
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
+from runner_kit import routing as kit_routing
 from runner_kit import runner as kit_runner
 from runner_kit import sessions
 from runner_kit.errors import RunnerError
@@ -37,9 +38,9 @@ from tests.kit.test_sessions import (
 
 @pytest.fixture(autouse=True)
 async def quick(monkeypatch):
-    monkeypatch.setattr(kit_runner, "BUSY_NOTICE_AFTER", 0.02)
+    monkeypatch.setattr(kit_routing, "BUSY_NOTICE_AFTER", 0.02)
     monkeypatch.setattr(kit_runner, "POLL_INTERVAL", 0.01)
-    monkeypatch.setattr(kit_runner, "PARKED_CHECK", 0.01, raising=False)
+    monkeypatch.setattr(kit_routing, "PARKED_CHECK", 0.01, raising=False)
     monkeypatch.setattr(ap, "PARK_GRACE", 0.01)
     yield
     await ap.close_all()
@@ -333,15 +334,15 @@ async def test_a_newcomer_queues_behind_a_waiting_run_with_its_own_deadline():
                                budget=lambda: 1.0, refresh=lambda: None)
 
     async def take(hold, e):
-        async for _ in kit_runner._take(slot, e, SimpleNamespace(notice_message=lambda t: t, next_message=lambda: None),
+        async for _ in kit_routing.take(slot, e, SimpleNamespace(notice_message=lambda t: t, next_message=lambda: None),
                                         hold):
             pass
 
-    second = kit_runner._Hold()
+    second = kit_routing.Hold()
     waiting = asyncio.create_task(take(second, env(5)))
     await asyncio.sleep(0.02)
     slot.lock.release()  # the first run ends: the lock goes to the second, which has not run yet
-    third = kit_runner._Hold()
+    third = kit_routing.Hold()
     late = asyncio.create_task(take(third, env(0.05)))
     await waiting
     assert second.slot is slot
@@ -493,7 +494,7 @@ async def test_a_follow_up_for_a_session_its_owner_is_using_waits_and_continues_
     host.queue_steering(ctx, "bob follow", BOB)
     out = await collect(runner, host, ctx)
     await bob_run
-    assert kit_runner.BUSY_NOTE in messages(out)
+    assert kit_routing.BUSY_NOTE in messages(out)
     assert turns_of(cls, "user_bob") == ["slow bob", "bob follow"]
     assert cls.log[-1]["stored"] == cls.log[0]["stored"] or cls.log[-1]["stored"] == "sess-user_bob-0"
     await settled()
