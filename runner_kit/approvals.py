@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import command_scope as cs
+from . import events as ev
 from . import sessions
 from .channel import Channel
 from .logs import get_logger
@@ -478,7 +479,8 @@ class Parked:
     index: int = 0
     timer: asyncio.TimerHandle | None = None
     closing: asyncio.Task[None] | None = None
-    hurry: asyncio.Event = field(default_factory=asyncio.Event)  # set: end the grace now (a run needs the session)
+    hurry: asyncio.Event = field(default_factory=asyncio.Event)
+    timed_out: bool = False  # nobody answered in time: what the agent did next goes to the session's next run  # set: end the grace now (a run needs the session)
     slot: Any = None  # the sessions.Slot it keeps busy until answered or stopped
 
 
@@ -559,6 +561,7 @@ def _expire(p: Parked, why: str | None) -> None:
         p.future.set_result(Decision(allow=False, timed_out=why is None,
                                      reason=why or "nobody answered in time"))
     log.info("%s: question %s %s: denied", p.agent, p.question.id, "expired" if why is None else why)
+    p.timed_out = why is None
     p.closing = asyncio.ensure_future(_close_parked(p))
     if p.slot is not None:
         p.slot.closing = p.closing  # a next run of the session cuts the grace short (p.hurry)
@@ -586,7 +589,46 @@ async def _stop(p: Parked) -> None:
             except BaseException:  # noqa: BLE001 - best effort, nobody is waiting on this
                 pass
     finally:
+        if p.timed_out:
+            _keep_reaction(p)
         sessions.release(p.slot)  # the session is free for its next run
+
+
+# what an agent did after a question of its timed out (no run was there to take it): the session's
+# next run shows it and counts its usage (issue 31: "the agent's reaction and the turn's usage are
+# recorded on a run"); LangBot 4.11.2 gives a plugin no way to post to a chat outside a run
+REACTIONS: dict[str, tuple[float, str, str, list[Any]]] = {}  # session -> (when, agent, title, events)
+REACTIONS_KEEP_FOR = 24 * 3600.0
+REACTIONS_KEPT = 1000  # sessions (the oldest first forgotten)
+REACTION_EVENTS = 2000  # events kept per session
+_KEPT_EVENTS = (ev.Text, ev.Think, ev.ReplaceText, ev.FinalText, ev.ToolStarted, ev.ToolCompleted, ev.Attachment,
+                ev.Usage, ev.SessionId, ev.Log, ev.Finish, ev.State)
+
+
+def _keep_reaction(p: Parked) -> None:
+    events: list[Any] = []
+    while not p.queue.empty():
+        item = p.queue.get_nowait()
+        if isinstance(item, _KEPT_EVENTS) and len(events) < REACTION_EVENTS:
+            events.append(item)
+    if not events:
+        return
+    REACTIONS.pop(p.key, None)
+    REACTIONS[p.key] = (time.time(), p.agent, p.question.title, events)
+    now = time.time()
+    for key in [k for k, (t, *_rest) in REACTIONS.items() if now - t > REACTIONS_KEEP_FOR]:
+        del REACTIONS[key]
+    while len(REACTIONS) > REACTIONS_KEPT:
+        del REACTIONS[next(iter(REACTIONS))]
+
+
+def reaction(key: str | None) -> tuple[str, str, list[Any]] | None:
+    """``(agent, question title, events)``: what the agent of session ``key`` did after its question
+    timed out, once (the session's next run takes it); None when there is nothing."""
+    got = REACTIONS.pop(key, None) if key is not None else None
+    if got is None or time.time() - got[0] > REACTIONS_KEEP_FOR:
+        return None
+    return got[1], got[2], got[3]
 
 
 async def close_all() -> None:

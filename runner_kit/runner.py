@@ -432,10 +432,24 @@ async def drive(
                     stale = routing.stale_question(ctx, env, inp)
                     # messages kept for this session long ago and forgotten since (sessions.sweep): named
                     missed = sessions.missed(slot.key if slot is not None else None)
+                    # what the session's agent did after its last question timed out, with no run to
+                    # take it: this run shows it (after what is said about that question) and counts
+                    # its usage
+                    reacted = _reaction(ap.reaction(slot.key if slot is not None else None), ctx, config, env,
+                                        usage, slot, "\n".join(x for x in (stale and stale[0], missed) if x))
+                    for r in reacted:
+                        yield r
+                    if reacted and any(r.type == "message.completed" for r in reacted):
+                        missed = None
+                        if stale is not None:
+                            stale = ("", stale[1])
                     if stale is not None:
                         yield builder.state(env.pending_key, None)
-                        said = stale[0] if missed is None else f"{stale[0]}\n{missed}"
-                        if stale[1] and not (slot is not None and slot.held):
+                        said = stale[0] if missed is None else f"{stale[0]}\n{missed}".strip()
+                        if not said:
+                            if stale[1] and not (slot is not None and slot.held):
+                                turn_input = None
+                        elif stale[1] and not (slot is not None and slot.held):
                             yield builder.notice_message(said)
                             builder.next_message()
                             turn_input = None
@@ -709,6 +723,25 @@ async def drive(
         if steer is not None and (left := steer.unanswered()):
             log.warning("%d follow-up message(s) of this run were not answered", len(left))
         unbind_redactor(token)
+
+
+def _reaction(got: tuple[str, str, list[Any]] | None, ctx: RunnerContext, config: Config, env: RunEnv,
+              usage: UsageTotals, slot: sessions.Slot | None, said: str = "") -> list[RunnerResult]:
+    """The results of what an agent did after its question timed out in an earlier run's absence
+    (:func:`runner_kit.approvals.reaction`): its own message, after ``said`` (what this run says of
+    that question) or one line, and its usage."""
+    if got is None:
+        return []
+    agent, title, events = got
+    rb = _builder(ctx, config, multi_turn=True, slot=slot)
+    head = said or f"(Nobody answered “{' '.join(title.split())[:120]}” in time, so {agent} was told no.)"
+    rb.set_preamble(f"{head}\n(What {agent} did then:)")
+    out: list[RunnerResult] = []
+    for item in events:
+        out += _translate(item, env, rb, usage)
+    if (final := rb.final_message()) is not None:
+        out.append(final)
+    return out
 
 
 async def _unanswered(steer: Steering | None) -> str | None:

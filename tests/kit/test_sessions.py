@@ -338,3 +338,32 @@ async def test_a_stale_click_while_the_session_waits_on_a_newer_question_answers
     out = await asyncio.wait_for(collect(runner, host, host.make_context("", identity=BOB, interaction=unknown)), 0.5)
     assert "no longer waiting" in messages(out)[0]
     assert list(ap.PARKED.values()) == [newer]
+
+
+async def test_what_the_agent_did_after_a_question_timed_out_reaches_the_sessions_next_run(monkeypatch):
+    """No run is there when a parked question times out (LangBot 4.11.2 lets a plugin post only in a
+    run): the agent takes the denial and goes on; the session's next run shows what it said, after
+    one line, and counts that turn's usage."""
+    monkeypatch.setattr(ap, "PARK_GRACE", 0.2)
+
+    class Reacting(Agent):
+        async def turn(self, inp, index):
+            async for e in super().turn(inp, index):
+                yield e
+            yield ev.Usage(7, 11)
+
+    runner, host, cls = scripted_runner(Reacting, SCHEMA, log=[])
+    cfg = {"approval-timeout": 0.05}
+    await collect(runner, host, host.make_context("ask: clean", identity=ALICE, config=cfg))
+    await asyncio.sleep(0.4)  # timed out, the agent took the denial, and was stopped
+    assert not ap.PARKED
+    out = await collect(runner, host, host.make_context("hello again", identity=ALICE, config=cfg))
+    said = messages(out)
+    assert said[0].startswith("(“run a command: rm -rf build” is no longer waiting and was denied: nobody "
+                              "answered in time.)\n(What Agent did then:)")
+    assert "[deny: nobody answered in time] user_alice got: ask: clean" in said[0]
+    assert said[-1].endswith("user_alice got: hello again")
+    end = terminal(out)
+    assert (end.usage.prompt_tokens, end.usage.completion_tokens) == (14, 22), "both turns' usage"
+    again = await collect(runner, host, host.make_context("and again", identity=ALICE, config=cfg))
+    assert not any("did then" in m for m in messages(again)), "said once"
