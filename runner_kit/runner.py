@@ -99,6 +99,10 @@ class RunEnv:
         self.memory = ap.Memory(memory_key, (ctx.state.conversation or {}).get(memory_key))
         # the question a parked agent of this session waits on (one per agent session, like its id)
         self.pending_key = (self.session.key or base) + ap.PENDING_SUFFIX
+        legacy = base + ap.PENDING_SUFFIX  # where versions before per-session questions kept it
+        if legacy != self.pending_key and self.pending_key not in (ctx.state.conversation or {}) \
+                and legacy in (ctx.state.conversation or {}):
+            self.pending_key = legacy  # said and cleared by the next run, whoever writes it
         # this session's owner in the plugin process (runner_kit.sessions): its lock, what it stored
         self.slot: sessions.Slot | None = None
         # the LangBot MCP bridges of the agent this run holds (runner_kit.agent_mcp): let go of
