@@ -372,13 +372,8 @@ def approval_timeout(config: Any) -> float:
 
 
 def actor_of(item: Any) -> tuple[str | None, str | None]:
-    """``(actor id, display name)`` of a run context or a steering item."""
-    actor = getattr(item, "actor", None)
-    if actor is not None and getattr(actor, "actor_id", None):
-        return str(actor.actor_id), getattr(actor, "actor_name", None) or str(actor.actor_id)
-    conv = getattr(item, "conversation", None)
-    sender = getattr(conv, "sender_id", None) if conv is not None else None
-    return (str(sender), str(sender)) if sender else (None, None)
+    """``(actor id, display name)`` of a run context or a steering item (:func:`runner_kit.sessions.person`)."""
+    return sessions.person(item)
 
 
 @dataclass(slots=True)

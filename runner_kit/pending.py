@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -417,6 +417,23 @@ class PendingAction:
             events.append(ev.Text(f"(Sent together with what {names} wrote while the question was open.)\n\n"
                                   if own else f"(Now what {names} wrote while it was open:)\n\n"))
         return Resolution(events, go_on=True)
+
+    async def settle(self, res: Resolution, submitted: AsyncIterator[ev.Event],
+                     send: Callable[[], AsyncIterator[ev.Event]]) -> AsyncIterator[ev.Event]:
+        """After an answer: the platform's continuation (``submitted``, the adapter's submit), then
+        what others wrote while the question was open, as one ordinary message (``send()`` with
+        ``env.input`` set to them), unless the platform asked again right away (they stay kept for
+        after that question). An approver answering for another member: that conversation's ids
+        are not this run's session's."""
+        async for item in submitted:
+            if not (self.foreign and isinstance(item, ev.SessionId)):
+                yield item
+        if res.kept and self.record() is None:
+            yield self.kept_sent()
+            yield ev.Text(self.kept_note(res.kept))
+            self.env.input = self.kept_input(res.kept)
+            async for item in send():
+                yield item
 
     # --- what was kept ---------------------------------------------------------------------------
 

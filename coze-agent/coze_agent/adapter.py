@@ -184,18 +184,11 @@ class CozeAdapter(Adapter):
         for item in res.events:
             yield item
         if res.answer is not None and res.record is not None:
-            async for item in self._submit(res.record, res.answer):
-                if not (self.pending.foreign and isinstance(item, ev.SessionId)):
-                    yield item  # (an approver answering for another member: that conversation is theirs)
-            if res.kept and self.pending.record() is None:
-                # what others wrote while the question was open, now that the chat it paused is
-                # over: as one new chat in the same conversation (it could not go there before, see
-                # runner_kit.pending); a new question right away keeps them kept for after that one
-                yield self.pending.kept_sent()
-                yield ev.Text(self.pending.kept_note(res.kept))
-                self.env.input = self.pending.kept_input(res.kept)
-                async for item in self._chat():
-                    yield item
+            # then what others wrote while the question was open, as one new chat in the same
+            # conversation (it could not go there before: one chat per conversation, see
+            # runner_kit.pending)
+            async for item in self.pending.settle(res, self._submit(res.record, res.answer), self._chat):
+                yield item
             return
         if not res.go_on:
             return

@@ -141,17 +141,9 @@ class DifyAdapter(Adapter):
         for item in res.events:
             yield item
         if res.answer is not None and res.record is not None:
-            async for item in self._submit(res.record, *res.answer):
-                if not (self.pending.foreign and isinstance(item, ev.SessionId)):
-                    yield item  # (an approver answering for another member: that conversation is theirs)
-            if res.kept and self.pending.record() is None:
-                # what others wrote while the form was open, now that its run went on: as one
-                # ordinary message (see runner_kit.pending); a new form right away keeps them kept
-                yield self.pending.kept_sent()
-                yield ev.Text(self.pending.kept_note(res.kept))
-                self.env.input = self.pending.kept_input(res.kept)
-                async for item in self._send():
-                    yield item
+            # then what others wrote while the form was open, as one ordinary message
+            async for item in self.pending.settle(res, self._submit(res.record, *res.answer), self._send):
+                yield item
             return
         if not res.go_on:
             return
