@@ -63,3 +63,19 @@ async def no_parked():
 
     yield
     await ap.close_all()
+
+
+@pytest.fixture(autouse=True)
+def fresh_group_state():
+    """The kit keeps a little per-process memory about conversations (runner_kit.sessions,
+    runner_kit.approvals): what an agent did after a question timed out, kept messages forgotten,
+    answered question ids. Test hosts reuse one conversation id, so what one test leaves there must
+    not become the next test's first message, whichever worker runs them."""
+    yield
+    from runner_kit import approvals as ap
+    from runner_kit import sessions
+
+    ap.REACTIONS.clear()
+    ap.ANSWERED.clear()
+    sessions.MISSED.clear()
+    sessions.SLOTS.clear()
