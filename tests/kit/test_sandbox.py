@@ -15,12 +15,7 @@ from runner_kit import sandbox
 from runner_kit.errors import RunnerError
 from runner_kit.process import TAG_ENV, AgentProcess, alive, child_env, data_root
 
-pytestmark = [
-    pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only"),
-    # the background-process tests look for their `sleep 30x` among all the host's processes: they
-    # run in one test process (pytest-xdist), one after the other
-    pytest.mark.xdist_group("host-sleeps"),
-]
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
 
 
 @pytest.fixture
@@ -90,19 +85,20 @@ async def test_system_paths_are_read_only_and_tmp_is_private(dirs):
 
 async def test_nothing_the_agent_starts_outlives_it(dirs):
     ws, home = dirs["a"]
-    tag = os.urandom(4).hex()
-    script = (f"nohup sleep 300 {tag} >/dev/null 2>&1 & setsid -f sleep 301 {tag}; (sleep 302 {tag} &); "
+    nonce = _nonce()
+    script = (f"nohup sleep 300.{nonce} >/dev/null 2>&1 & setsid -f sleep 301.{nonce}; (sleep 302.{nonce} &); "
               "echo started; sleep 30")
-    proc = await _run(["/bin/bash", "-c", script.replace(f" {tag}", "")], ws, home, wait=False)
-    line = await proc.reader.readline()
-    assert line.strip() == b"started"
-    sleeps = _sleeps()
-    assert len(sleeps) >= 3, "the background processes run while the agent does"
-    await proc.stop(grace=0.2)
-    left = [p for p in sleeps if alive(p)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, "a nohup / setsid / double-forked child outlived the agent"
+    proc = await _run(["/bin/bash", "-c", script], ws, home, wait=False)
+    try:
+        line = await proc.reader.readline()
+        assert line.strip() == b"started"
+        sleeps = await _sleeps(nonce, 3)
+        assert len(sleeps) == 3, "the background processes run while the agent does"
+        await proc.stop(grace=0.2)
+        left = [p for p in sleeps if alive(p)]
+        assert not left, "a nohup / setsid / double-forked child outlived the agent"
+    finally:
+        await _stop_all(proc, nonce)
 
 
 def _environ(pid: int) -> bytes:
@@ -110,31 +106,58 @@ def _environ(pid: int) -> bytes:
         return fh.read()
 
 
-def _sleeps() -> list[int]:
+def _nonce() -> str:
+    """A number only this test's sleeps carry (`sleep 301.<nonce>`): tests run in parallel workers,
+    and another test's sleeps are not this one's."""
+    return str(int.from_bytes(os.urandom(4), "big"))
+
+
+def _find_sleeps(nonce: str) -> list[int]:
     pids = []
+    mine = [f"{n}.{nonce}".encode() for n in (300, 301, 302)]
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 cmd = Path(f"/proc/{entry.name}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if cmd[0] == b"sleep" and cmd[1:2] in ([b"300"], [b"301"], [b"302"]):
+            if cmd[0] == b"sleep" and cmd[1:2] and cmd[1] in mine and alive(int(entry.name)):
                 pids.append(int(entry.name))
     return pids
 
 
+async def _sleeps(nonce: str, want: int) -> list[int]:
+    """This test's background sleeps, once ``want`` of them run (a forked child may start a moment
+    after the agent printed its line), or what runs after a second."""
+    for _ in range(50):
+        found = _find_sleeps(nonce)
+        if len(found) >= want:
+            return found
+        await asyncio.sleep(0.02)
+    return _find_sleeps(nonce)
+
+
+async def _stop_all(proc: AgentProcess, nonce: str) -> None:
+    """Whatever the test's assertions found, nothing it started outlives it."""
+    await proc.stop(grace=0.2)
+    for pid in _find_sleeps(nonce):
+        os.kill(pid, signal.SIGKILL)
+
+
 async def test_unconfined_agents_are_still_found_by_their_tag_at_stop(dirs):
     ws, home = dirs["a"]
-    proc = await _run(["/bin/bash", "-c", "setsid -f sleep 301; (sleep 302 &); echo started; sleep 30"], ws, home,
-                      {"isolation": "none"}, wait=False)
-    assert (await proc.reader.readline()).strip() == b"started"
-    sleeps = _sleeps()
-    assert sleeps and all(TAG_ENV.encode() in _environ(p) for p in sleeps)
-    await proc.stop(grace=0.2)
-    left = [p for p in sleeps if alive(p)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left
+    nonce = _nonce()
+    proc = await _run(["/bin/bash", "-c", f"setsid -f sleep 301.{nonce}; (sleep 302.{nonce} &); echo started; sleep 30"],
+                      ws, home, {"isolation": "none"}, wait=False)
+    try:
+        assert (await proc.reader.readline()).strip() == b"started"
+        sleeps = await _sleeps(nonce, 2)
+        assert len(sleeps) == 2 and all(TAG_ENV.encode() in _environ(p) for p in sleeps)
+        await proc.stop(grace=0.2)
+        left = [p for p in sleeps if alive(p)]
+        assert not left, "a setsid / double-forked child of an unconfined agent outlived it"
+    finally:
+        await _stop_all(proc, nonce)
 
 
 async def test_signals_reach_the_agent_itself_not_bwrap(dirs):
