@@ -195,14 +195,20 @@ def provide_venv() -> Path:
             say(f"removing the unfinished venv at {venv}")
             shutil.rmtree(venv)
         log = venv.parent / f"{venv.name}-install.log"
-        say(f"installing LangBot {LANGBOT_VERSION} into {venv} (first run only, about 2 minutes); log: {log}")
         started = time.monotonic()
         python = shutil.which("python3") or sys.executable
+        # uv (which .ci/run installs) downloads and unpacks in parallel: under a minute where pip takes
+        # about 2.5; the constraints pin every package, so both give the same venv. The venv keeps its
+        # own pip, which LangBot uses to install a plugin's requirements.
+        uv = shutil.which("uv")
+        installer = ([uv, "pip", "install", "--python", str(venv / "bin" / "python")] if uv else
+                     [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"])
+        say(f"installing LangBot {LANGBOT_VERSION} into {venv} with {'uv' if uv else 'pip'} (first run only, "
+            f"{'about a minute' if uv else 'about 2.5 minutes'}); log: {log}")
         with open(log, "w") as out:
             subprocess.run([python, "-m", "venv", str(venv)], check=True, stdout=out, stderr=subprocess.STDOUT)
             proc = subprocess.Popen(
-                [str(venv / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check", "-c", str(CONSTRAINTS),
-                 *REQUIREMENTS],
+                [*installer, "-c", str(CONSTRAINTS), *REQUIREMENTS],
                 stdout=out, stderr=subprocess.STDOUT, env=_clean_env(venv),
             )
             wait_reporting(

@@ -150,3 +150,52 @@ async def test_model_errors_come_back_in_codex_words(api, tmp_path):
         with pytest.raises(RequestError) as err:
             await conn.prompt(session_id=sid, prompt=[text_block("hi")])
         assert err.value.code == -32603 and "last status: 429" in err.value.data["message"]
+
+
+def test_the_shapes_it_writes_by_hand_are_the_acp_librarys():
+    """The agent builds its messages as JSON (importing the library's models cost a second a start):
+    each must be what the library's own helpers dump, or the runner under test reads something no
+    real agent sends."""
+    from acp import start_tool_call, update_agent_message_text, update_agent_thought_text, update_tool_call
+    from acp import update_user_message_text
+    from acp.schema import (
+        CurrentModeUpdate,
+        InitializeResponse,
+        PermissionOption,
+        RequestPermissionRequest,
+        SessionMode,
+        ToolCallUpdate,
+        UsageUpdate,
+    )
+    from acp.utils import serialize_params
+
+    from tests.fakes.cli import acp_agent as fake
+
+    def dumped(model: Any) -> Any:
+        return model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+
+    raw = {"call_id": "c1", "command": ["/bin/bash", "-lc", "ls"], "cwd": "/w", "parsed_cmd": []}
+    pairs = [
+        (fake.update_agent_message_text("hi"), update_agent_message_text("hi")),
+        (fake.update_agent_thought_text("hm"), update_agent_thought_text("hm")),
+        (fake.update_user_message_text("yo"), update_user_message_text("yo")),
+        (fake.start_tool_call("c1", "ls", kind="execute", status="in_progress", raw_input=raw),
+         start_tool_call("c1", "ls", kind="execute", status="in_progress", raw_input=raw)),
+        (fake.update_tool_call("c1", status="completed", raw_output={"stdout": "x", "exit_code": 0}, content=[]),
+         update_tool_call("c1", status="completed", raw_output={"stdout": "x", "exit_code": 0}, content=[])),
+        (fake.mode_update("auto"), CurrentModeUpdate(session_update="current_mode_update", current_mode_id="auto")),
+        (fake.usage_update(5, 9), UsageUpdate(session_update="usage_update", used=5, size=9)),
+        (fake.MODES[0], SessionMode(id="read-only", name="Read Only",
+                                    description="Codex can read files in the current workspace.")),
+    ]
+    for mine, theirs in pairs:
+        assert mine == dumped(theirs)
+    asked = {"sessionId": "s", "toolCall": fake._without_kind(fake.update_tool_call(
+        "c1", title="ls", kind="execute", status="pending", raw_input=raw)),
+        "options": [fake.permission_option("abort", "No", "reject_once")]}
+    assert asked == serialize_params(RequestPermissionRequest(
+        session_id="s", tool_call=ToolCallUpdate(tool_call_id="c1", title="ls", kind="execute", status="pending",
+                                                 raw_input=raw),
+        options=[PermissionOption(option_id="abort", name="No", kind="reject_once")]))
+    init = InitializeResponse.model_validate(fake.INITIALIZE_RESULT)
+    assert init.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_unset=True) == fake.INITIALIZE_RESULT

@@ -54,46 +54,187 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import pydantic
+# The wire is written here as JSON (JSON-RPC 2.0, one message per line), not with the ``acp``
+# library: importing its ~300 pydantic models took about a second of every agent start, and the
+# test suite starts this agent hundreds of times. The runner under test still reads every message
+# with the library's models, and tests/fakes_selftest/test_fake_acp_agent.py checks each shape
+# below against the library's own helpers.
+PROTOCOL_VERSION = 1
 
-# build the protocol's ~300 pydantic models on first use, not at import: the agent starts in about
-# two thirds of the time, which matters for the contract cells with a 3 s deadline
-pydantic.BaseModel.model_config["defer_build"] = True
 
-from acp import (  # noqa: E402
-    PROTOCOL_VERSION,
-    RequestError,
-    run_agent,
-    start_tool_call,
-    update_agent_message_text,
-    update_agent_thought_text,
-    update_tool_call,
-    update_user_message_text,
-)
-from acp.schema import (  # noqa: E402
-    AgentCapabilities,
-    AuthMethodAgent,
-    CurrentModeUpdate,
-    ElicitationFormSessionMode,
-    ElicitationSchema,
-    Implementation,
-    InitializeResponse,
-    LoadSessionResponse,
-    McpCapabilities,
-    NewSessionResponse,
-    PermissionOption,
-    PromptCapabilities,
-    PromptResponse,
-    ResumeSessionResponse,
-    SessionCapabilities,
-    SessionListCapabilities,
-    SessionMode,
-    SessionModeState,
-    SessionResumeCapabilities,
-    SetSessionModeResponse,
-    Usage,
-    UsageUpdate,
-)
+class RequestError(Exception):
+    """A JSON-RPC error answer, with the ``acp`` library's codes and messages."""
+
+    def __init__(self, code: int, message: str, data: Any = None):
+        super().__init__(message)
+        self.code, self.data = code, data
+
+    def to_error_obj(self) -> dict[str, Any]:
+        return {"code": self.code, "message": str(self), "data": self.data}
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RequestError:
+        return cls(-32601, "Method not found", {"method": method})
+
+    @classmethod
+    def invalid_params(cls, data: dict[str, Any] | None = None) -> RequestError:
+        return cls(-32602, "Invalid params", data)
+
+    @classmethod
+    def internal_error(cls, data: dict[str, Any] | None = None) -> RequestError:
+        return cls(-32603, "Internal error", data)
+
+    @classmethod
+    def resource_not_found(cls, uri: str | None = None) -> RequestError:
+        return cls(-32002, "Resource not found", {"uri": uri} if uri is not None else None)
+
+
+# --- the shapes this agent sends (camelCase, as the library's models dump them) --------------------
+
+
+def _text_chunk(kind: str, text: str) -> dict[str, Any]:
+    return {"sessionUpdate": kind, "content": {"type": "text", "text": text}}
+
+
+def update_agent_message_text(text: str) -> dict[str, Any]:
+    return _text_chunk("agent_message_chunk", text)
+
+
+def update_agent_thought_text(text: str) -> dict[str, Any]:
+    return _text_chunk("agent_thought_chunk", text)
+
+
+def update_user_message_text(text: str) -> dict[str, Any]:
+    return _text_chunk("user_message_chunk", text)
+
+
+def start_tool_call(call_id: str, title: str, *, kind: str, status: str, raw_input: Any) -> dict[str, Any]:
+    return {"sessionUpdate": "tool_call", "toolCallId": call_id, "title": title, "kind": kind, "status": status,
+            "rawInput": raw_input}
+
+
+def update_tool_call(call_id: str, *, title: str | None = None, kind: str | None = None, status: str | None = None,
+                     raw_input: Any = None, raw_output: Any = None, content: list[Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"sessionUpdate": "tool_call_update", "toolCallId": call_id}
+    for key, value in (("title", title), ("kind", kind), ("status", status), ("rawInput", raw_input),
+                       ("rawOutput", raw_output), ("content", content)):
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _without_kind(update: dict[str, Any]) -> dict[str, Any]:
+    """A tool call as a permission request carries it: the update without its ``sessionUpdate``."""
+    return {k: v for k, v in update.items() if k != "sessionUpdate"}
+
+
+def mode_update(mode_id: str) -> dict[str, Any]:
+    return {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}
+
+
+def usage_update(used: int, size: int) -> dict[str, Any]:
+    return {"sessionUpdate": "usage_update", "used": used, "size": size}
+
+
+def permission_option(option_id: str, name: str, kind: str) -> dict[str, Any]:
+    return {"optionId": option_id, "name": name, "kind": kind}
+
+
+def session_mode(mode_id: str, name: str, description: str) -> dict[str, Any]:
+    return {"id": mode_id, "name": name, "description": description}
+
+
+INITIALIZE_RESULT = {
+    "protocolVersion": PROTOCOL_VERSION,
+    "agentCapabilities": {
+        "loadSession": True,
+        "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
+        "mcpCapabilities": {"http": True, "sse": False},
+        "sessionCapabilities": {"list": {}, "resume": {}},
+    },
+    "authMethods": [{"id": "openai-api-key", "name": "Use OPENAI_API_KEY"}],
+    "agentInfo": {"name": "codex-acp", "title": "Codex", "version": "0.0.0-fake"},
+}
+
+
+class Connection:
+    """The agent's end of the JSON-RPC line protocol: requests from the client run as tasks (a
+    ``session/cancel`` arrives while a prompt runs), and the agent's own requests
+    (``session/request_permission``, ``elicitation/create``) wait for their answers."""
+
+    METHODS = {
+        "initialize": "initialize", "authenticate": "authenticate", "session/new": "new_session",
+        "session/load": "load_session", "session/resume": "resume_session", "session/list": "list_sessions",
+        "session/set_mode": "set_session_mode", "session/prompt": "prompt",
+    }
+    NOTIFICATIONS = {"session/cancel": "cancel"}
+
+    def __init__(self, agent: Any, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.agent, self.reader, self.writer = agent, reader, writer
+        self.next_id = 0
+        self.waiting: dict[int, asyncio.Future[Any]] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+
+    async def send(self, message: dict[str, Any]) -> None:
+        self.writer.write(json.dumps({"jsonrpc": "2.0", **message}).encode() + b"\n")
+        await self.writer.drain()
+
+    async def session_update(self, session_id: str, update: dict[str, Any]) -> None:
+        await self.send({"method": "session/update", "params": {"sessionId": session_id, "update": update}})
+
+    async def request(self, method: str, params: dict[str, Any]) -> Any:
+        self.next_id += 1
+        rid = self.next_id
+        self.waiting[rid] = asyncio.get_running_loop().create_future()
+        try:
+            await self.send({"id": rid, "method": method, "params": params})
+            return await self.waiting[rid]
+        finally:
+            self.waiting.pop(rid, None)
+
+    async def serve(self) -> None:
+        """Read messages until stdin ends."""
+        while line := await self.reader.readline():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "method" in msg:
+                task = asyncio.create_task(self._handle(msg))
+                self.tasks.add(task)
+                task.add_done_callback(self.tasks.discard)
+            elif (future := self.waiting.get(msg.get("id"))) is not None and not future.done():
+                if "error" in msg:
+                    err = msg["error"] or {}
+                    future.set_exception(RequestError(err.get("code", -32603), err.get("message", ""), err.get("data")))
+                else:
+                    future.set_result(msg.get("result"))
+
+    async def _handle(self, msg: dict[str, Any]) -> None:
+        method, params, rid = msg["method"], msg.get("params") or {}, msg.get("id")
+        if rid is None:  # a notification: no answer, whatever happens
+            name = self.NOTIFICATIONS.get(method)
+            if name is not None:
+                try:
+                    await getattr(self.agent, name)(params)
+                except Exception:  # noqa: BLE001 - a notification has no one to tell
+                    pass
+            return
+        answer: dict[str, Any] = {"id": rid}
+        try:
+            name = self.METHODS.get(method)
+            if name is None:
+                raise RequestError.method_not_found(method)
+            answer["result"] = await getattr(self.agent, name)(params)
+        except RequestError as exc:
+            answer["error"] = exc.to_error_obj()
+        except (KeyError, TypeError, AttributeError) as exc:  # params without a field the method needs
+            answer["error"] = RequestError.invalid_params({"details": repr(exc)}).to_error_obj()
+        except Exception as exc:  # noqa: BLE001 - as the library: any other failure is an internal error
+            answer["error"] = RequestError.internal_error({"details": str(exc)}).to_error_obj()
+        await self.send(answer)
 
 
 def _agent_id() -> int:
@@ -116,9 +257,9 @@ HIGH_DEMAND = "We're currently experiencing high demand, which may cause tempora
 CONTEXT_SIZE = 258400
 MAX_LINE = 4 * 1024 * 1024
 MODES = [
-    SessionMode(id="read-only", name="Read Only", description="Codex can read files in the current workspace."),
-    SessionMode(id="auto", name="Default", description="Codex can read and edit files in the workspace."),
-    SessionMode(id="full-access", name="Full Access", description="Codex can edit files outside this workspace."),
+    session_mode("read-only", "Read Only", "Codex can read files in the current workspace."),
+    session_mode("auto", "Default", "Codex can read and edit files in the workspace."),
+    session_mode("full-access", "Full Access", "Codex can edit files outside this workspace."),
 ]
 
 
@@ -247,9 +388,7 @@ class FakeCodexACP:
         self.sessions: dict[str, Session] = {}
         self.warned = False
         self.conn: Any = None
-
-    def on_connect(self, conn: Any) -> None:
-        self.conn = conn
+        self.client_caps: dict[str, Any] = {}
 
     @staticmethod
     def note(event: str, **fields: Any) -> None:
@@ -272,81 +411,72 @@ class FakeCodexACP:
         self.sessions[sid] = s
         return s
 
-    def _modes(self, s: Session) -> SessionModeState:
-        return SessionModeState(current_mode_id=s.mode, available_modes=MODES)
+    def _modes(self, s: Session) -> dict[str, Any]:
+        return {"currentModeId": s.mode, "availableModes": MODES}
 
-    async def initialize(self, protocol_version: int, client_capabilities: Any = None, client_info: Any = None,
-                         **kw: Any) -> InitializeResponse:
-        self.client_caps = client_capabilities
-        return InitializeResponse(
-            protocol_version=PROTOCOL_VERSION,
-            agent_capabilities=AgentCapabilities(
-                load_session=True,
-                prompt_capabilities=PromptCapabilities(image=True, audio=False, embedded_context=True),
-                mcp_capabilities=McpCapabilities(http=True, sse=False),
-                session_capabilities=SessionCapabilities(list=SessionListCapabilities(),
-                                                         resume=SessionResumeCapabilities()),
-            ),
-            auth_methods=[AuthMethodAgent(id="openai-api-key", name="Use OPENAI_API_KEY")],
-            agent_info=Implementation(name="codex-acp", title="Codex", version="0.0.0-fake"),
-        )
+    async def initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        self.client_caps = params.get("clientCapabilities") or {}
+        return INITIALIZE_RESULT
 
-    async def authenticate(self, method_id: str, **kw: Any) -> None:
+    async def authenticate(self, params: dict[str, Any]) -> None:
+        method_id = params.get("methodId")
         if method_id != "openai-api-key":
             raise RequestError.invalid_params({"message": f"unknown auth method {method_id}"})
 
-    async def new_session(self, cwd: str, mcp_servers: Any = None, **kw: Any) -> NewSessionResponse:
-        self.note("new_session", cwd=cwd, mcp=[{"name": m.name, "type": getattr(m, "type", "stdio"),
-                                                 "headers": [h.name for h in getattr(m, "headers", None) or []]}
-                                                for m in mcp_servers or []])
+    async def new_session(self, params: dict[str, Any]) -> dict[str, Any]:
+        cwd = params["cwd"]
+        self.note("new_session", cwd=cwd, mcp=[{"name": m.get("name"), "type": m.get("type", "stdio"),
+                                                 "headers": [h.get("name") for h in m.get("headers") or []]}
+                                                for m in params.get("mcpServers") or []])
         s = Session(str(uuid.uuid4()), cwd)
         self.sessions[s.id] = s
         self._save(s)
-        return NewSessionResponse(session_id=s.id, modes=self._modes(s))
+        return {"sessionId": s.id, "modes": self._modes(s)}
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None, **kw: Any) -> LoadSessionResponse:
-        s = self._open(session_id, cwd)
+    async def load_session(self, params: dict[str, Any]) -> dict[str, Any]:
+        s = self._open(params["sessionId"], params["cwd"])
         for item in s.items:
             if item.get("type") == "message":
                 text = "".join(c.get("text", "") for c in item.get("content", []) if isinstance(c, dict))
                 update = update_user_message_text(text) if item.get("role") == "user" else update_agent_message_text(text)
-                await self.conn.session_update(session_id=s.id, update=update)
-        return LoadSessionResponse(modes=self._modes(s))
+                await self.conn.session_update(s.id, update)
+        return {"modes": self._modes(s)}
 
-    async def resume_session(self, session_id: str, cwd: str, mcp_servers: Any = None, **kw: Any) -> ResumeSessionResponse:
-        s = self._open(session_id, cwd)
-        return ResumeSessionResponse(modes=self._modes(s))
+    async def resume_session(self, params: dict[str, Any]) -> dict[str, Any]:
+        s = self._open(params["sessionId"], params["cwd"])
+        return {"modes": self._modes(s)}
 
-    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kw: Any) -> Any:
+    async def list_sessions(self, params: dict[str, Any]) -> Any:
         raise RequestError.method_not_found("session/list")
 
-    async def set_session_mode(self, session_id: str, mode_id: str, **kw: Any) -> SetSessionModeResponse:
+    async def set_session_mode(self, params: dict[str, Any]) -> dict[str, Any]:
+        session_id, mode_id = params.get("sessionId"), params.get("modeId")
         s = self.sessions.get(session_id)
         if s is None:
             raise RequestError.resource_not_found(session_id)
-        if mode_id not in {m.id for m in MODES}:
+        if mode_id not in {m["id"] for m in MODES}:
             raise RequestError.invalid_params({"message": f"unknown mode {mode_id}"})
         s.mode = mode_id
         s.mode_set = True
         self.note("set_mode", session=session_id, mode=mode_id)
-        await self.conn.session_update(session_id=s.id, update=CurrentModeUpdate(session_update="current_mode_update",
-                                                                               current_mode_id=mode_id))
-        return SetSessionModeResponse()
+        await self.conn.session_update(s.id, mode_update(mode_id))
+        return {}
 
     # --- prompting ---
 
-    async def prompt(self, session_id: str, prompt: list[Any], **kw: Any) -> PromptResponse:
+    async def prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        session_id = params.get("sessionId")
         s = self.sessions.get(session_id)
         if s is None:
             raise RequestError.resource_not_found(session_id)
         content: list[dict[str, Any]] = []
-        for block in prompt:
-            if block.type == "text":
-                content.append({"type": "input_text", "text": block.text})
-            elif block.type == "image":
-                content.append({"type": "input_image", "image_url": f"data:{block.mime_type};base64,{block.data}"})
-            elif block.type == "resource_link":
-                content.append({"type": "input_text", "text": f"[file: {block.uri}]"})
+        for block in params.get("prompt") or []:
+            if block.get("type") == "text":
+                content.append({"type": "input_text", "text": block["text"]})
+            elif block.get("type") == "image":
+                content.append({"type": "input_image", "image_url": f"data:{block['mimeType']};base64,{block['data']}"})
+            elif block.get("type") == "resource_link":
+                content.append({"type": "input_text", "text": f"[file: {block['uri']}]"})
         s.items.append({"type": "message", "role": "user", "content": content})
         s.task = asyncio.current_task()
         try:
@@ -354,19 +484,19 @@ class FakeCodexACP:
         except asyncio.CancelledError:
             await self._kill_tool(s)
             self._save(s)
-            return PromptResponse(stop_reason="cancelled")
+            return {"stopReason": "cancelled"}
         except ModelError as exc:
             self._save(s)
             raise RequestError.internal_error({"message": str(exc), "codex_error_info": exc.info}) from None
         finally:
             s.task = None
         self._save(s)
-        return PromptResponse(stop_reason="end_turn", usage=usage)
+        return {"stopReason": "end_turn", **({"usage": usage} if usage else {})}
 
-    async def _say(self, s: Session, update: Any) -> None:
-        await self.conn.session_update(session_id=s.id, update=update)
+    async def _say(self, s: Session, update: dict[str, Any]) -> None:
+        await self.conn.session_update(s.id, update)
 
-    async def _run(self, s: Session) -> Usage | None:
+    async def _run(self, s: Session) -> dict[str, Any] | None:
         if not self.warned:
             self.warned = True
             await self._say(s, update_agent_message_text(WARNING.format(model=self.model)))
@@ -378,8 +508,7 @@ class FakeCodexACP:
                 seen_usage = True
                 total_in += int(usage.get("input_tokens") or 0)
                 total_out += int(usage.get("output_tokens") or 0)
-                await self._say(s, UsageUpdate(session_update="usage_update", used=total_in + total_out,
-                                               size=CONTEXT_SIZE))
+                await self._say(s, usage_update(total_in + total_out, CONTEXT_SIZE))
             if text:
                 s.items.append({"type": "message", "role": "assistant",
                                 "content": [{"type": "output_text", "text": text}]})
@@ -389,7 +518,7 @@ class FakeCodexACP:
                 await self._tool(s, call)
         if not seen_usage:
             return None
-        return Usage(input_tokens=total_in, output_tokens=total_out, total_tokens=total_in + total_out)
+        return {"inputTokens": total_in, "outputTokens": total_out, "totalTokens": total_in + total_out}
 
     async def _model(self, s: Session) -> tuple[str, list[dict[str, Any]], dict[str, Any] | None]:
         if not self.base:
@@ -451,20 +580,22 @@ class FakeCodexACP:
         program = cmd.split()[0] if cmd.split() else ""
         asks = s.mode != "full-access" if s.mode_set else self.approval == "untrusted"
         if asks and program not in s.amended:
-            answer = await self.conn.request_permission(
-                session_id=s.id,
-                tool_call=update_tool_call(call_id, title=cmd, kind="execute", status="pending", raw_input=raw_input),
-                options=[PermissionOption(option_id="approved", name="Yes, proceed", kind="allow_once"),
-                         PermissionOption(option_id="approved-execpolicy-amendment", name="Yes, and don't ask again",
-                                          kind="allow_always"),
-                         PermissionOption(option_id="abort", name="No", kind="reject_once")])
-            outcome = answer.outcome
-            allowed = getattr(outcome, "outcome", "") == "selected" and outcome.option_id.startswith("approved")
-            meta = getattr(outcome, "field_meta", None) or {}
+            answer = await self.conn.request("session/request_permission", {
+                "sessionId": s.id,
+                "toolCall": _without_kind(update_tool_call(call_id, title=cmd, kind="execute", status="pending",
+                                                           raw_input=raw_input)),
+                "options": [permission_option("approved", "Yes, proceed", "allow_once"),
+                            permission_option("approved-execpolicy-amendment", "Yes, and don't ask again",
+                                              "allow_always"),
+                            permission_option("abort", "No", "reject_once")]})
+            outcome = (answer or {}).get("outcome") or {}
+            option = outcome.get("optionId")
+            allowed = outcome.get("outcome") == "selected" and str(option).startswith("approved")
+            meta = outcome.get("_meta") or {}
             reason = (meta.get("langbot") or {}).get("reason") if isinstance(meta.get("langbot"), dict) else None
-            self.note("permission", session=s.id, command=cmd, outcome=getattr(outcome, "outcome", None),
-                      option=getattr(outcome, "option_id", None), reason=reason)
-            if allowed and outcome.option_id == "approved-execpolicy-amendment":
+            self.note("permission", session=s.id, command=cmd, outcome=outcome.get("outcome"), option=option,
+                      reason=reason)
+            if allowed and option == "approved-execpolicy-amendment":
                 s.amended.add(program)  # like codex's execpolicy amendment: this program is not asked again
         if not allowed:
             output = "rejected by user" + (f": {reason}" if reason else "")
@@ -484,15 +615,14 @@ class FakeCodexACP:
 
     async def _elicit(self, s: Session, call_id: str, cmd: str) -> str:
         spec = json.loads(cmd[len("elicit "):])
-        elicitation = getattr(getattr(self, "client_caps", None), "elicitation", None)
-        if elicitation is None or elicitation.form is None:
+        elicitation = self.client_caps.get("elicitation") if isinstance(self.client_caps, dict) else None
+        if not isinstance(elicitation, dict) or elicitation.get("form") is None:
             self.note("elicitation", offered=False)
             return "the client does not take elicitation requests"
-        answer = await self.conn.create_elicitation(
-            message=spec["message"],
-            mode=ElicitationFormSessionMode(session_id=s.id, tool_call_id=call_id,
-                                            requested_schema=ElicitationSchema.model_validate(spec["schema"])))
-        result = {"action": answer.action, "content": getattr(answer, "content", None)}
+        answer = await self.conn.request("elicitation/create", {
+            "sessionId": s.id, "toolCallId": call_id, "message": spec["message"], "mode": "form",
+            "requestedSchema": spec["schema"]}) or {}
+        result = {"action": answer.get("action"), "content": answer.get("content")}
         self.note("elicitation", offered=True, **result)
         return json.dumps(result)
 
@@ -505,24 +635,30 @@ class FakeCodexACP:
                 pass
             await proc.wait()
 
-    async def cancel(self, session_id: str, **kw: Any) -> None:
+    async def cancel(self, params: dict[str, Any]) -> None:
+        session_id = params.get("sessionId")
         s = self.sessions.get(session_id)
         self.note("cancel", session=session_id, running=bool(s and s.task))
         if s is not None and s.task is not None:
             s.task.cancel()
 
-    async def ext_method(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        raise RequestError.method_not_found(method)
 
-    async def ext_notification(self, method: str, params: dict[str, Any]) -> None:
-        return None
+async def _stdio() -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_LINE * 16)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, sys.stdout)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
 
 
 async def main(argv: list[str]) -> None:
     if os.environ.get("FAKE_ACP_NOISE"):  # a stray line on stdout, as npm wrappers and loggers print
         sys.stdout.write("npm notice: not a JSON-RPC message\n")
         sys.stdout.flush()
-    await run_agent(FakeCodexACP(parse_overrides(argv)), use_unstable_protocol=True)
+    agent = FakeCodexACP(parse_overrides(argv))
+    reader, writer = await _stdio()
+    agent.conn = Connection(agent, reader, writer)
+    await agent.conn.serve()
     if "--exit-on-eof" not in argv:
         await asyncio.Event().wait()  # like codex-acp: stdin EOF does not end it
 
