@@ -156,8 +156,13 @@ def test_the_shapes_it_writes_by_hand_are_the_acp_librarys():
     """The agent builds its messages as JSON (importing the library's models cost a second a start):
     each must be what the library's own helpers dump, or the runner under test reads something no
     real agent sends."""
-    from acp import start_tool_call, update_agent_message_text, update_agent_thought_text, update_tool_call
-    from acp import update_user_message_text
+    from acp import (
+        start_tool_call,
+        update_agent_message_text,
+        update_agent_thought_text,
+        update_tool_call,
+        update_user_message_text,
+    )
     from acp.schema import (
         CurrentModeUpdate,
         InitializeResponse,
