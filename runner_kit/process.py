@@ -110,11 +110,25 @@ def data_root(environ: Mapping[str, str] = os.environ) -> Path:
     """Where every plugin keeps its writable data, as a process with ``environ`` sees it:
     ``RUNNER_KIT_DATA_DIR``, else ``$XDG_DATA_HOME/langbot-agent-runners``, else
     ``~/.local/share/langbot-agent-runners`` (what a LangBot plugin worker, started with an empty
-    environment, uses)."""
+    environment, uses). ``~`` is that process's home: ``$HOME`` in ``environ``, else the user's home
+    from the password database, as ``os.path.expanduser`` finds it without ``$HOME``."""
     root = environ.get(DATA_ENV) or os.path.join(
-        environ.get("XDG_DATA_HOME") or os.path.expanduser("~/.local/share"), "langbot-agent-runners"
+        environ.get("XDG_DATA_HOME") or os.path.join(_home(environ), ".local", "share"), "langbot-agent-runners"
     )
-    return Path(root).expanduser()
+    if root.startswith("~"):
+        root = os.path.join(_home(environ), root[2:] if root.startswith("~/") else root[1:])
+    return Path(root)
+
+
+def _home(environ: Mapping[str, str]) -> str:
+    if environ.get("HOME"):
+        return environ["HOME"]
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:  # a uid with no entry: what expanduser falls back to
+        return os.path.expanduser("~")
 
 
 def data_dir(platform: str) -> Path:

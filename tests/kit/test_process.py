@@ -226,5 +226,11 @@ def test_data_root_follows_the_environment_it_is_given(tmp_path):
 
     assert data_root({"RUNNER_KIT_DATA_DIR": str(tmp_path)}) == tmp_path
     assert data_root({"XDG_DATA_HOME": str(tmp_path)}) == tmp_path / "langbot-agent-runners"
-    # a LangBot plugin worker starts with an empty environment
-    assert data_root({}) == Path.home() / ".local" / "share" / "langbot-agent-runners"
+    # a LangBot plugin worker starts with an empty environment: its home comes from the password
+    # database, whatever $HOME the process asking has
+    import pwd
+
+    own = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert data_root({}) == own / ".local" / "share" / "langbot-agent-runners"
+    assert data_root({"HOME": str(tmp_path)}) == tmp_path / ".local" / "share" / "langbot-agent-runners"
+    assert data_root({"HOME": str(tmp_path), "RUNNER_KIT_DATA_DIR": "~/d"}) == tmp_path / "d"
