@@ -584,6 +584,20 @@ def tagged(tag: str) -> set[int]:
             if pid != me and needle in environ.split(b"\0") and alive(pid)}
 
 
+def _program(pid: int) -> str:
+    """The program a process runs: its executable's name, or (where the link cannot be read, e.g.
+    for a process another namespace made undumpable) the kernel's name for it."""
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        pass
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
 def _payload(bwrap_pid: int) -> int | None:
     """The first process under bwrap (and its init) that is not bwrap itself."""
     try:
@@ -593,11 +607,7 @@ def _payload(bwrap_pid: int) -> int | None:
     todo = [bwrap_pid]
     while todo:
         for child in sorted(children.get(todo.pop(0), ())):
-            try:
-                exe = os.path.basename(os.readlink(f"/proc/{child}/exe"))
-            except OSError:
-                exe = ""
-            if exe == "bwrap":
+            if _program(child) == "bwrap":
                 todo.append(child)
             else:
                 return child

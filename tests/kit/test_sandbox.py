@@ -13,7 +13,7 @@ import pytest
 
 from runner_kit import sandbox
 from runner_kit.errors import RunnerError
-from runner_kit.process import TAG_ENV, AgentProcess, alive, child_env, data_root
+from runner_kit.process import TAG_ENV, AgentProcess, alive, child_env, data_root, descendants
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
 
@@ -166,10 +166,34 @@ async def test_signals_reach_the_agent_itself_not_bwrap(dirs):
     proc = await _run(["/bin/bash", "-c", script], ws, home, wait=False)
     assert (await proc.reader.readline()).strip() == b"ready"
     assert proc.agent_pid() not in (None, proc.pid)
-    proc.send_signal(signal.SIGINT)
-    assert (await proc.reader.readline()).strip() == b"got-int"
-    assert await proc.wait(2) == 7
-    await proc.stop()
+    target = proc.agent_pid()
+    try:
+        proc.send_signal(signal.SIGINT)
+        try:
+            line = await asyncio.wait_for(proc.reader.readline(), 5)
+        except TimeoutError:
+            line = b"(nothing within 5 s)"
+        assert line.strip() == b"got-int", (
+            f"SIGINT went to pid {target} ({_comm(target)}), whose signal mask is {_sigs(target)}; the tree: "
+            f"{[(p, _comm(p)) for p in sorted(descendants(proc.pid))]}")
+        assert await proc.wait(2) == 7
+    finally:
+        await proc.stop()
+
+
+def _comm(pid: int | None) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _sigs(pid: int | None) -> str:
+    try:
+        return " ".join(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                        if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
+    except OSError:
+        return "?"
 
 
 async def test_where_no_sandbox_can_be_built_nothing_starts_unless_the_owner_opts_out(dirs, tmp_path, monkeypatch):
