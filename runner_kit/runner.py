@@ -113,6 +113,8 @@ class RunEnv:
         self.agent_notes: list[str] = []
         # a single-turn platform's own message before kept ones were merged in (runner_kit.pending)
         self.pending_own_input: UserInput | None = None
+        # the running turn's pump state (set by the turn loop; :meth:`follow_ups` clears its interrupt)
+        self.turn_state: Any = None
 
     def refresh(self) -> None:
         """Read the session's id and approvals again, after the state snapshot caught up with what
@@ -136,6 +138,26 @@ class RunEnv:
         future: asyncio.Future[ap.Decision] = asyncio.get_running_loop().create_future()
         queue.put_nowait(_Ask(question, future))
         return await future
+
+    async def follow_ups(self) -> UserInput | None:
+        """For a multi-turn adapter whose turn is a loop of steps (a model call, a batch of tools, …):
+        the follow-ups of this turn's session that arrived since the turn began, taken into the running
+        turn, which then answers them in its one reply (none becomes a turn of its own, and an
+        interrupt they caused is no longer noted as one). Call it between steps; in
+        ``follow-up-mode: interrupt`` call it after ``interrupt()`` ended a step. None when there are
+        none, when a question to the chat is open, or when another member's session waits for its
+        turn (their messages go first; these then wait for the next turn as usual)."""
+        steer = self.steering
+        if steer is None or not steer.enabled or steer.hold:
+            return None
+        await steer.pull()
+        if not steer.pending or steer.others:
+            return None
+        batch = steer.take_into_turn()
+        if self.turn_state is not None:
+            self.turn_state.interrupted = False
+        return await follow_up_input(self.ctx, batch, max_bytes=self.max_bytes,
+                                     names=routing.several(self.ctx, batch))
 
     def budget(self) -> float:
         """Seconds left for upstream work; raises upstream.timeout when none is left."""
@@ -212,7 +234,13 @@ class Adapter:
 
     async def interrupt(self) -> None:
         """Stop the running turn through the agent's own interrupt, keeping the session usable
-        (``follow-up-mode: interrupt``); the turn's event stream should end soon after."""
+        (``follow-up-mode: interrupt``); the turn's event stream should end soon after (or, for a
+        loop that takes the follow-ups in with :meth:`RunEnv.follow_ups`, go on with them)."""
+
+    def activity(self) -> str | None:
+        """What the running turn waits on right now when it is not the platform itself ("the tool
+        'search'"), so a time limit reached meanwhile names it; None names the platform."""
+        return None
 
     async def cancel(self) -> None:
         """Best effort: tell the upstream to stop work for this run (host cancelled)."""
@@ -332,6 +360,7 @@ async def drive(
         for attempt in (0, 1):
             adapter = make(attempt)
             pump = _Pump()
+            env.turn_state = pump
             to_stop = adapter
             try:
                 source = None if resume is not None else (
@@ -890,14 +919,16 @@ async def _produce(events: AsyncIterator[ev.Event], queue: _Events) -> None:
 
 
 async def _poll(steer: Steering, queue: _Events) -> None:
-    """``follow-up-mode: interrupt``: ``_STEERED`` once a follow-up arrives (not while a question is open)."""
+    """``follow-up-mode: interrupt``: ``_STEERED`` once a follow-up arrives (not while a question is open);
+    again for later ones once the turn took those into itself (:meth:`RunEnv.follow_ups`)."""
     while True:
         await asyncio.sleep(POLL_INTERVAL)
         if steer.hold:  # a question is open: its answer must not interrupt the turn
             continue
         if await steer.pull():
+            steer.taken.clear()
             queue.put_nowait(_STEERED)
-            return
+            await steer.taken.wait()  # a turn that ends instead: this poller is cancelled with it
 
 
 async def _pump(
@@ -950,9 +981,11 @@ async def _pump(
                     yield r
                 continue
             if item is _TIMEOUT:
+                busy = adapter.activity()
                 raise RunnerError(
                     "upstream.timeout",
-                    f"{adapter.platform} did not finish within the run's time limit of {env.limit:.0f} s",
+                    f"{adapter.platform} did not finish within the run's time limit of {env.limit:.0f} s"
+                    + (f" ({busy} was still running)" if busy else ""),
                 )
             if item is _IDLE:
                 raise RunnerError(

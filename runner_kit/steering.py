@@ -9,6 +9,7 @@ keeps every item it pulled until that item has been answered (or reported as una
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +64,8 @@ class Steering:
     key: str | None = None
     others: dict[str, list[Any]] = field(default_factory=dict)
     streak: int = 0  # turns the session being answered took while another session's follow-ups waited
+    # set when a running turn took follow-ups into itself (RunEnv.follow_ups): the interrupt poller goes on
+    taken: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
     def for_run(cls, ctx: Any) -> Steering:
@@ -142,6 +145,13 @@ class Steering:
         """The pending follow-ups, now handed to a turn."""
         batch, self.pending = self.pending, []
         self.in_turn = batch
+        return batch
+
+    def take_into_turn(self) -> list[Any]:
+        """The pending follow-ups, taken into the turn already running (answered when it ends)."""
+        batch, self.pending = self.pending, []
+        self.in_turn = [*self.in_turn, *batch]
+        self.taken.set()
         return batch
 
     def turn_done(self) -> None:

@@ -75,12 +75,13 @@ async def load_prompt(ctx: Any, configured: Any, log: Any) -> Prompt:
     return split_prompt(configured if isinstance(configured, list) and configured else DEFAULT_PROMPT)
 
 
-def system_text(prompt: Prompt, *, date: bool, skills: list[Any], knowledge: str | None) -> str:
+def system_text(prompt: Prompt, *, date: bool, skills: list[Any], knowledge: str | None,
+                skill_tools: bool = True) -> str:
     parts = [prompt.system] if prompt.system else []
     if date:
         now = dt.datetime.now(dt.UTC)
         parts.append(f"Current date: {now:%Y-%m-%d} ({now:%A}), UTC.")
-    offered = [s for s in skills if _get(s, "skill_name")]
+    offered = [s for s in skills if _get(s, "skill_name")] if skill_tools else []
     if offered:
         lines = [
             f"- {_get(s, 'skill_name')}"
@@ -88,38 +89,80 @@ def system_text(prompt: Prompt, *, date: bool, skills: list[Any], knowledge: str
             + (f": {_get(s, 'description')}" if _get(s, "description") else "")
             for s in offered
         ]
-        parts.append("Skills you can activate with the skill tools when a task needs one:\n" + "\n".join(lines))
+        parts.append("Skills you can activate with the `activate` tool when a task needs one:\n" + "\n".join(lines))
     if knowledge:
         parts.append(knowledge)
     return "\n\n".join(parts)
 
 
+#: LangBot serves at most this many transcript items a page
+PAGE_LIMIT = 100
+#: the most messages after a summary one run reads (the newest are kept: those matter most)
+MAX_HISTORY_ITEMS = 5000
+_MEDIA = {"image_base64": "an image", "image_url": "an image", "file_base64": "a file", "file_url": "a file"}
+
+
 async def load_history(ctx: Any, limit: int, through_seq: int | None, log: Any) -> list[tuple[int, Msg]]:
     """Earlier user/assistant messages of the conversation, oldest first, each with its ``seq``;
-    the run's own message and everything a checkpoint already summarises are left out."""
+    the run's own message and everything a checkpoint already summarises are left out.
+
+    After a summary (``through_seq``), every message after its cursor is read, page by page
+    forward, so none is skipped (each is later either sent or summarised, once). Before the
+    first summary, the conversation reaches back ``limit`` messages."""
     if limit <= 0 or not history_allowed(ctx):
         return []
-    try:
-        page = await ctx.api.history_page(limit=limit, direction="backward")
-    except Exception as exc:  # noqa: BLE001 - history helps; its absence is no reason to fail
-        log(f"could not read the conversation history from LangBot ({type(exc).__name__}); answering without it")
-        return []
     own = getattr(getattr(ctx, "event", None), "event_id", None)
-    rows: list[tuple[int, Msg]] = []
-    for item in list(_get(page, "items") or []):
+    raw: list[Any] = []
+    try:
+        if through_seq is not None:
+            after = through_seq
+            while True:
+                page = await ctx.api.history_page(after_cursor=str(after), limit=PAGE_LIMIT, direction="forward")
+                items = [i for i in list(_get(page, "items") or []) if isinstance(_get(i, "seq"), int)]
+                items = [i for i in items if _get(i, "seq") > after]  # a host that ignored the cursor ends here
+                raw.extend(items)
+                if len(raw) > MAX_HISTORY_ITEMS:
+                    log(f"more than {MAX_HISTORY_ITEMS} messages since the last summary; the oldest "
+                        f"{len(raw) - MAX_HISTORY_ITEMS} of them are left out")
+                    raw = raw[-MAX_HISTORY_ITEMS:]
+                if not items or not _get(page, "has_more"):
+                    break
+                after = max(_get(i, "seq") for i in items)
+        else:
+            before: int | None = None
+            # the run's own message is on the newest page (LangBot writes it first): it does not count
+            while sum(1 for i in raw if not (own and _get(i, "event_id") == own)) < limit:
+                wanted = limit - sum(1 for i in raw if not (own and _get(i, "event_id") == own))
+                kwargs: dict[str, Any] = {"limit": min(wanted + (0 if raw else 1), PAGE_LIMIT),
+                                          "direction": "backward"}
+                if before is not None:
+                    kwargs["before_cursor"] = str(before)
+                page = await ctx.api.history_page(**kwargs)
+                items = [i for i in list(_get(page, "items") or []) if isinstance(_get(i, "seq"), int)]
+                if before is not None:
+                    items = [i for i in items if _get(i, "seq") < before]
+                raw.extend(items)
+                if not items or not _get(page, "has_more"):
+                    break
+                before = min(_get(i, "seq") for i in items)
+    except Exception as exc:  # noqa: BLE001 - history helps; its absence is no reason to fail
+        log(f"could not read the conversation history from LangBot ({type(exc).__name__}); "
+            + ("answering with what was read" if raw else "answering without it"))
+    rows: dict[int, Msg] = {}
+    for item in raw:
         seq = _get(item, "seq")
         role = str(_get(item, "role") or "")
         if role not in ("user", "assistant") or str(_get(item, "item_type") or "message") != "message":
             continue
         if own and _get(item, "event_id") == own:
             continue
-        if not isinstance(seq, int) or (through_seq is not None and seq <= through_seq):
+        if through_seq is not None and seq <= through_seq:
             continue
         content = _history_content(item)
         if content:
-            rows.append((seq, {"role": role, "content": content}))
-    rows.sort(key=lambda r: r[0])
-    return rows
+            rows[seq] = {"role": role, "content": content}
+    found = sorted(rows.items())
+    return found if through_seq is not None else found[-limit:]
 
 
 def _history_content(item: Any) -> str | list[Msg] | None:
@@ -128,11 +171,30 @@ def _history_content(item: Any) -> str | list[Msg] | None:
     if isinstance(inner, str) and inner.strip():
         return inner
     if isinstance(inner, list):
-        parts = [dict(p) for p in inner if isinstance(p, dict) and p.get("type")]
+        parts: list[Msg] = []
+        for p in inner:
+            if not isinstance(p, dict) or not p.get("type"):
+                continue
+            kind = str(p["type"])
+            if kind in _MEDIA and not _media_payload(p, kind):
+                # LangBot keeps no data of an earlier turn's attachment: say it was there, send no empty part
+                name = p.get("file_name")
+                parts.append({"type": "text", "text": f"[{_MEDIA[kind]} was sent here" + (f": {name}]" if name else "]")})
+            else:
+                parts.append(dict(p))
         if any(p.get("type") != "text" or (p.get("text") or "").strip() for p in parts):
+            if all(p.get("type") == "text" for p in parts):
+                return "\n".join(str(p.get("text") or "") for p in parts if (p.get("text") or "").strip())
             return parts
     text = _get(item, "content")
     return text if isinstance(text, str) and text.strip() else None
+
+
+def _media_payload(part: Msg, kind: str) -> bool:
+    value = part.get(kind)
+    if isinstance(value, dict):
+        value = value.get("url")
+    return isinstance(value, str) and bool(value.strip())
 
 
 def user_message(inp: UserInput) -> Msg:

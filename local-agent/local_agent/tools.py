@@ -16,7 +16,8 @@ from langbot_plugin.api.proxies.runner.common import PermissionDeniedError
 from .context import operations
 
 EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
-_URL = re.compile(r"https?://[^\s\"'<>\\)\]}]+")
+_URL = re.compile(r"(?:https?|s3|gs|az|abfss?|ftps?|sftp|file)://[^\s\"'<>\\)\]}]+", re.IGNORECASE)
+_WINDOWS_PATH = re.compile(r"(?<![\w])[A-Za-z]:\\(?:[^\\\s\"'<>|*?]+\\)*[^\\\s\"'<>|*?]+")
 _PATH = re.compile(r"(?<![\w/:.\\])(?:~|\.{1,2})?/(?:[\w.@+-]+/)+[\w.@+-]+")
 
 
@@ -121,6 +122,8 @@ def references(text: str) -> list[str]:
     """Every URL and file path in ``text``, first occurrence order, verbatim."""
     found = {m.start(): m.group(0).rstrip(".,;:") for m in _URL.finditer(text)}
     masked = _URL.sub(lambda m: " " * len(m.group(0)), text)
+    found.update({m.start(): m.group(0).rstrip(".,;:") for m in _WINDOWS_PATH.finditer(masked)})
+    masked = _WINDOWS_PATH.sub(lambda m: " " * len(m.group(0)), masked)
     found.update({m.start(): m.group(0).rstrip(".,;:") for m in _PATH.finditer(masked)})
     return list(dict.fromkeys(v for _, v in sorted(found.items())))
 

@@ -151,6 +151,13 @@ class FakeOpenAI(PlatformFake):
         self.tool_arguments: dict[str, Any] = {"city": "Paris"}
         self.usage = {"prompt_tokens": 12, "completion_tokens": 6, "total_tokens": 18}
         self.chat_requests: list[dict[str, Any]] = []
+        #: when set, a request longer than this many tokens (its prompt, estimated like the local host's
+        #: count_tokens: one token per 4 bytes of its compact JSON, plus max_tokens when given) is refused
+        #: before any output with OpenAI's 400 context_length_exceeded, as real providers do
+        self.context_window: int | None = None
+        #: when set, a summary request (``max_tokens`` set, no tools) is answered with this text and
+        #: takes no step of ``script`` (so a script can lay out a tool loop that is compacted midway)
+        self.summary_reply: str | None = None
         self.add_route("POST", "/v1/chat/completions", self._completions)
         self.add_route("GET", "/v1/models", self._models)
 
@@ -223,7 +230,21 @@ class FakeOpenAI(PlatformFake):
         stream = bool(body.get("stream"))
         model = str(body.get("model") or self.models[0])
         cid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        step = self.script.pop(0) if self.script else None
+        if self.context_window is not None:
+            doc = {"messages": body.get("messages") or []}
+            if body.get("tools"):
+                doc["tools"] = body["tools"]
+            used = -(-len(json.dumps(doc, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()) // 4)
+            used += int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+            if used > self.context_window:
+                await self._error(resp, 400, f"This model's maximum context length is {self.context_window} tokens. "
+                                  f"However, your messages resulted in {used} tokens. Please reduce the length "
+                                  "of the messages.", code="context_length_exceeded")
+                return
+        if self.summary_reply is not None and body.get("max_tokens") and not body.get("tools"):
+            step: Say | ToolCalls | Fail | str | None = Say(self.summary_reply)
+        else:
+            step = self.script.pop(0) if self.script else None
         if isinstance(step, str):
             step = Say(step)
         if isinstance(step, Fail):
