@@ -158,6 +158,8 @@ class FakeOpenAI(PlatformFake):
         #: when set, a summary request (``max_tokens`` set, no tools) is answered with this text and
         #: takes no step of ``script`` (so a script can lay out a tool loop that is compacted midway)
         self.summary_reply: str | None = None
+        #: the requests refused as over ``context_window``
+        self.refused: list[dict[str, Any]] = []
         self.add_route("POST", "/v1/chat/completions", self._completions)
         self.add_route("GET", "/v1/models", self._models)
 
@@ -237,6 +239,7 @@ class FakeOpenAI(PlatformFake):
             used = -(-len(json.dumps(doc, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()) // 4)
             used += int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
             if used > self.context_window:
+                self.refused.append(body)
                 await self._error(resp, 400, f"This model's maximum context length is {self.context_window} tokens. "
                                   f"However, your messages resulted in {used} tokens. Please reduce the length "
                                   "of the messages.", code="context_length_exceeded")
