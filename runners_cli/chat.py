@@ -425,6 +425,7 @@ class ChatSession:
     async def _consume(self, ctx: Any, outcome: TurnOutcome) -> None:
         assert self.host is not None
         p = self.printer
+        calls: dict[str, Any] = {}  # tool calls started, by call id: their parameters
         async for result in self.runner.invoke(ctx):
             self.host.apply_result(ctx.run_id, result)
             rtype = getattr(result.type, "value", result.type)
@@ -433,12 +434,12 @@ class ChatSession:
                 p.delta(data.get("chunk") or {})
             elif rtype == "message.completed":
                 p.completed(data)
-            elif rtype == "tool.call.started":
-                params = data.get("parameters") or {}
-                p.note(f"[tool] {data.get('tool_name')} …" + (f" {_short(params)}" if params else ""))
-            elif rtype == "tool.call.completed":
+            elif rtype == "tool.call.started":  # the runner's own progress line shows it running
+                calls[str(data.get("tool_call_id") or data.get("tool_name"))] = data.get("parameters") or {}
+            elif rtype == "tool.call.completed":  # one line per tool call, when it is done
+                params = calls.pop(str(data.get("tool_call_id") or data.get("tool_name")), None) or {}
                 status = f"error: {_short(data.get('error'))}" if data.get("error") else "done"
-                p.note(f"[tool] {data.get('tool_name')} {status}")
+                p.note(f"[tool] {data.get('tool_name')}" + (f" {_short(params)}" if params else "") + f": {status}")
             elif rtype == "state.updated":
                 outcome.state.append((str(data.get("scope")), str(data.get("key")), data.get("value")))
             elif rtype == "processor.log":
@@ -461,8 +462,6 @@ class ChatSession:
             retry = "retryable" if f.get("retryable") else "not retryable"
             p.note(f"error [{f.get('code')}] ({retry}): {f.get('error')}", dim=False)
         p.note(format_usage(outcome.usage))
-        if not outcome.state:
-            p.note("state: no changes")
         for scope, key, value in outcome.state:
             if looks_secret(key, value, self.secrets):
                 p.note(f"state: {scope}.{key} updated (value hidden)")

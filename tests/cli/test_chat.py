@@ -326,6 +326,8 @@ def test_chat_local_agent_runs_a_tool_and_the_next_process_remembers(local_llm, 
     first = _chat_env(*flags, "-m", "What is (17 + 4) * 3?", env={})
     assert first.returncode == 0, first.stderr
     assert "It is 63." in first.stdout and "[tool] calculate" in first.stderr
+    assert first.stderr.count("[tool] calculate") == 1  # one line per tool call, with its outcome
+    assert "(17 + 4) * 3" in first.stderr and "state: no changes" not in first.stderr
     asked, answered_tool = local_llm.chat_requests[:2]
     assert asked["model"] == "gpt-fake"
     assert {t["function"]["name"] for t in asked["tools"]} == {"calculate", "current_time"}
