@@ -14,12 +14,25 @@ import pytest
 
 from runners_cli.host import LocalHost
 from runners_cli.host_models import OpenAIChatModel
+from runners_cli.plugins import find
 from tests.fakes.openai import Fail, FakeOpenAI, Say, ToolCalls
 from tests.helpers import collect, failure, final_text, messages, rtype, run, state_updates
-from tests.plugins.test_local_agent import CHECKPOINT, CONV, add_tool, cfg, fake, host, sent, texts  # noqa: F401
+from tests.plugins.test_local_agent import CHECKPOINT, CONV, add_tool, cfg, sent, texts
 
 PLUGIN = "local-agent"
-pytestmark = pytest.mark.usefixtures("fake")
+
+
+@pytest.fixture
+def fake():
+    with FakeOpenAI(api_key="sk-test") as srv:
+        yield srv
+
+
+@pytest.fixture
+def host(fake):
+    h = LocalHost(runner_id=find(PLUGIN).runner_id)
+    h.add_model(OpenAIChatModel("m-main", base_url=fake.base_url, api_key="sk-test", model_name="gpt-fake"))
+    return h
 
 
 def summaries(fake: FakeOpenAI) -> list[dict[str, Any]]:
@@ -319,8 +332,6 @@ async def test_images_of_earlier_turns_are_not_resent_empty(fake, host, runner):
 
 def test_the_form_declares_what_the_specification_says():
     import yaml
-
-    from runners_cli.plugins import find
 
     doc = yaml.safe_load(find("local-agent").runner_yaml.read_text())
     fields = {f["name"]: f for f in doc["spec"]["config"]}
