@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .report import SCALE_CPU_RATIO, rss_target
+from .loop import slope
+from .report import LOOP_OVERHEAD_MS, SCALE_CPU_RATIO, rss_target
 
 
 def _f(x: float, nd: int = 1) -> str:
@@ -367,6 +368,51 @@ def _ttft(data: dict[str, Any], t: dict[str, Any]) -> str:
     )
 
 
+def _loop_bytes(row: dict[str, Any]) -> str:
+    """Section 7: why the runner's extra bytes over the bare loop grow faster than the rounds."""
+    lp = row["loop"]
+    b, n = lp["bytes"], lp["rounds"]
+    kinds = b["plugin_by_kind"]
+    g = b["extra_growth"]
+    count_growth = slope(kinds["count"])
+    model_growth = slope(kinds["model"])
+    text = (
+        f"**7. Host bytes per tool round ({row['plugin']}: the extra over the bare loop grows from "
+        f"{b['extra'][0]:,} B in round 1 to {b['extra'][-1]:,} B in round {n}; its total over n rounds fits a·n² "
+        f"({_f(g['quadratic']['rel_error'] * 100)} % error) better than a·n ({_f(g['linear']['rel_error'] * 100)} %)).** "
+        f"Every round the runner sends the model request once, as the bare loop does ({_f(b['plugin_model_vs_bare'], 2)}× "
+        f"its bytes), the tool call, and before the model request it asks the host to count tokens: `count_tokens` "
+        f"carried {kinds['count'][0]:,} B in round 1 and {kinds['count'][-1]:,} B in round {n}, growing by "
+        f"{_f(count_growth, 0)} B a round while the model request grows by {_f(model_growth, 0)} B. "
+    )
+    if model_growth and count_growth >= 0.5 * model_growth:
+        text += (
+            "It counts the whole request again every round, the whole conversation so far, so the runner sends the "
+            "conversation twice per round and what it adds grows with the conversation: over n rounds it adds up as "
+            f"n². ({n} rounds: {b['plugin_total']:,} B against the bare loop's {b['bare_total']:,} B, "
+            f"{_f(b['ratio_total'], 2)}×; the gap widens with every further round.) Counting each message once (the "
+            "earlier messages' counts kept from the rounds before, only the new ones sent: the model's reply and the "
+            f"tool results, about {_f(b['bare_growth_per_round'], 0)} B a round here) makes the extra constant per "
+            "round and its total linear."
+        )
+    else:
+        text += "What grows is the runner's own requests beyond the bare loop's; see the per-round table above."
+    return text
+
+
+def _loop_overhead(row: dict[str, Any]) -> str:
+    ov, n = row["loop"]["overhead"], row["loop"]["rounds"]
+    return (
+        f"**7. Kit overhead per tool round ({row['plugin']}: {_f(ov['added_ms'], 2)} ms).** Outside the host's model "
+        f"and tool work the runner spends {_f(ov['plugin_ms'], 2)} ms a round against the bare loop's "
+        f"{_f(ov['bare_ms'], 2)} ms ({_f(ov['added_cpu_ms'], 2)} ms more CPU). Of the runner's, "
+        f"{_f(ov['count_ms'], 2)} ms is the host counting tokens ({_f(ov['count_first_ms'], 2)} ms a round in the first "
+        f"rounds, {_f(ov['count_last_ms'], 2)} ms in the last of {n}); the added time goes from "
+        f"{_f(ov['added_first_ms'], 2)} ms to {_f(ov['added_last_ms'], 2)} ms a round over the loop, so what grows "
+        "with the conversation (the request rebuilt and validated, and counted, every round) is where it goes."
+    )
+
+
 def notes(data: dict[str, Any]) -> str:
     s = data["sections"]
     missed = {r["id"] for r in data["targets"] if r["status"] != "met" and r["status"] != "n/a"}
@@ -415,6 +461,13 @@ def notes(data: dict[str, Any]) -> str:
                 f"{_f(pr['calls_per_run']['runner'])} per run ({_f(pr['ms_per_run']['runner'], 2)} ms per "
                 "run, on every run). Installing `sniffio` (a runtime dependency) makes it about 1 µs."
             )
+    for r in (s.get("in_process_agents") or {}).get("rows", []):
+        if not r.get("loop"):
+            continue
+        if r["loop"]["overhead"]["added_ms"] > LOOP_OVERHEAD_MS:
+            out.append(_loop_overhead(r))
+        if r["loop"]["bytes"]["extra_growth"]["grows"] != "linear":
+            out.append(_loop_bytes(r))
     if not out:
         return ""
     return "## Why a figure misses its target\n\n" + "\n\n".join(out)

@@ -46,8 +46,9 @@ class Params:
     coding_rounds: int = 11
     coding_warmup: bool = True  # one untimed round per mode first
     boundary_reps: int = 30
-    # 7. in-process agent loops: tool rounds per run, and runs per figure
-    local_rounds: int = 5
+    # 7. in-process agent loops: tool rounds in the one run of the loop (issue 32: 30, in every mode),
+    # and runs of each side per figure
+    local_rounds: int = 30
     local_reps: int = 7
 
     @classmethod
@@ -67,7 +68,6 @@ class Params:
             coding_rounds=1,
             coding_warmup=False,
             boundary_reps=4,
-            local_rounds=2,
             local_reps=2,
         )
 

@@ -803,8 +803,10 @@ async def _boundary_parts(p: Params) -> dict[str, Any]:
 
 
 async def in_process_agents(p: Params) -> dict[str, Any]:
-    """Tool-loop overhead per round and compaction cost of each in-process agent runner, against
-    direct calls of the same fake model through the same host model layer."""
+    """Each in-process agent runner's 30-round tool loop (its own time and the bytes of its host
+    action requests per round, against a bare loop making the same model and tool calls through the
+    same host actions: ``bench/loop.py``) and its compaction cost (against the summary call made
+    directly)."""
     if not IN_PROCESS_AGENTS:
         return {"status": "not applicable", "reason": "no in-process agent runner has landed", "rows": []}
     rows = []
@@ -831,34 +833,12 @@ async def _agent_run(runner: Any, host: Any, text: str, config: dict[str, Any], 
     return elapsed, results
 
 
-async def _direct_loop(model: Any, tool: Any, text: str) -> float:
-    """The floor: the same model calls and tool calls, made directly, as a minimal loop would."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": text}]
-    funcs = [{"name": tool.name, "human_desc": tool.description, "description": tool.description,
-              "parameters": tool.parameters}]
-    t0 = time.perf_counter()
-    while True:
-        calls: dict[str, dict[str, str]] = {}
-        content = ""
-        async for item in model.stream(messages, funcs):
-            chunk = item.get("chunk") or {}
-            content += chunk.get("content") or ""
-            for call in chunk.get("tool_calls") or []:
-                got = calls.setdefault(call["id"], {"name": call["function"]["name"], "arguments": ""})
-                got["arguments"] += call["function"].get("arguments") or ""
-        if not calls:
-            return time.perf_counter() - t0
-        messages.append({"role": "assistant", "content": content or None, "tool_calls": [
-            {"id": cid, "type": "function", "function": c} for cid, c in calls.items()]})
-        for cid, c in calls.items():
-            result = await tool.call(json.loads(c["arguments"] or "{}"))
-            messages.append({"role": "tool", "tool_call_id": cid, "content": json.dumps(result)})
-
-
 async def _in_process_agent(entry: InProcessAgent, srv: Any, p: Params) -> dict[str, Any]:
     from tests.fakes.openai import Say, ToolCalls
 
-    runner, host = load_runner(entry.plugin)
+    from .loop import bare_loop, load_metered, plugin_loop, summarise
+
+    runner, host = load_metered(entry.plugin)
     entry.prepare(srv, host)
     config = entry.config(srv)
     model = next(iter(host.models.values()))
@@ -867,21 +847,40 @@ async def _in_process_agent(entry: InProcessAgent, srv: Any, p: Params) -> dict[
     answer_text = "The loop is done and this is the answer. " * 4
 
     def script() -> list[Any]:
+        # fresh tool-call ids per run (call_1, call_2, ...), so both sides send the same bytes
+        if hasattr(srv, "_call_counter"):
+            srv._call_counter = 0
+        getattr(srv, "chat_requests", []).clear()
         return [ToolCalls([(tool.name, {"n": k})]) for k in range(rounds)] + [Say(answer_text)]
 
-    agent_s: list[float] = []
-    floor_s: list[float] = []
-    for i in range(p.local_reps):
+    async def agent(key: str) -> dict[str, Any]:
         srv.script = script()
-        t, results = await _agent_run(runner, host, f"loop {i}", config, Identity(conversation_id=f"bench-loop-{i}"))
-        calls = sum(1 for r in results if rtype(r) == "tool.call.completed")
-        if calls != rounds:
-            raise RuntimeError(f"{entry.plugin}: expected {rounds} tool calls, saw {calls}")
-        agent_s.append(t)
+        got = await plugin_loop(runner, host, config, f"loop {key}", f"bench-loop-{key}")
+        if got["tool_calls"] != rounds or len(got["rounds"]) != rounds + 1:
+            raise RuntimeError(f"{entry.plugin}: expected {rounds} tool rounds and the answer, saw "
+                               f"{got['tool_calls']} tool calls in {len(got['rounds'])} model calls")
+        return got
+
+    async def bare(key: str) -> dict[str, Any]:
         srv.script = script()
-        floor_s.append(await _direct_loop(model, tool, f"loop {i}"))
-    model_calls = rounds + 1
-    per_round_ms = (median(agent_s) - median(floor_s)) / model_calls * 1000
+        got = await bare_loop(runner, host, config, model.model_id, tool, f"loop {key}", f"bench-bare-{key}")
+        if got["tool_calls"] != rounds or len(got["rounds"]) != rounds + 1:
+            raise RuntimeError(f"bare loop: expected {rounds} tool rounds and the answer, saw {got['tool_calls']}")
+        return got
+
+    await agent("warm")  # imports, pydantic schemas, the first connections
+    await bare("warm")
+    agent_runs: list[dict[str, Any]] = []
+    bare_runs: list[dict[str, Any]] = []
+    for i in range(p.local_reps):  # alternating which side goes first, so load falls on both alike
+        if i % 2:
+            bare_runs.append(await bare(str(i)))
+            agent_runs.append(await agent(str(i)))
+        else:
+            agent_runs.append(await agent(str(i)))
+            bare_runs.append(await bare(str(i)))
+    loop = summarise(agent_runs, bare_runs, rounds)
+    ov = loop["overhead"]
 
     # compaction: a long earlier conversation that does not fit the configured window
     small = {**config, "context-window-tokens": 6000, "context-reserve-tokens": 1000,
@@ -921,9 +920,10 @@ async def _in_process_agent(entry: InProcessAgent, srv: Any, p: Params) -> dict[
         "plugin": entry.plugin,
         "rounds": rounds,
         "runs": p.local_reps,
-        "agent_run_s": median(agent_s),
-        "direct_loop_s": median(floor_s),
-        "added_per_model_call_ms": per_round_ms,
+        "agent_run_s": ov["plugin_run_s"],
+        "direct_loop_s": ov["bare_run_s"],
+        "added_per_model_call_ms": ov["added_ms"],
+        "loop": loop,
         "compacting_run_s": median(compact_s),
         "checkpoint_run_s": median(reuse_s),
         "direct_summary_call_s": median(summary_s),

@@ -38,6 +38,7 @@ def test_bench_quick_writes_every_section(tmp_path) -> None:
     assert all(r["floor"]["ok"] == r["n"] for c in s["concurrency"] for r in c["rows"])
     for r in s["in_process_agents"]["rows"]:  # the loop really ran its rounds and compacted
         assert r["agent_run_s"] > 0 and r["direct_loop_s"] > 0 and r["compacting_run_s"] > 0, r
+        assert len(r["loop"]["bytes"]["plugin"]) == len(r["loop"]["bytes"]["bare"]) == r["loop"]["rounds"] == 30, r
     if not s["coding_agents"]["rows"]:
         assert s["coding_agents"]["status"] == "not applicable"
     for r in s["coding_agents"]["rows"]:  # each turn with and without the sandbox (where bwrap works here)
