@@ -9,6 +9,8 @@ would: an OpenAI-compatible model provider (requester ``openai-chat-completions`
   the same chat reaches the model with the first exchange (LangBot's transcript), agent debug answers;
 - a LangBot tool (from a test-only tool plugin built here) is called through the model's tool call;
 - a wrong API key on the provider ends the chat with LocalAgent's explanation, fast;
+- a conversation that outgrows a small context budget is summarised once, LangBot keeps the summary
+  as the conversation's checkpoint, and the next run continues from it (issue 32);
 - a legacy 4.10 ``local-agent`` pipeline written into SQLite migrates to this plugin and answers.
 
 The session's LangBot comes from ``harness.py`` (fixture ``langbot`` in ``conftest.py``).
@@ -16,8 +18,11 @@ The session's LangBot comes from ``harness.py`` (fixture ``langbot`` in ``confte
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import secrets
+import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
@@ -428,6 +433,135 @@ def test_a_stalled_model_keeps_the_partial_answer_with_its_note(
     assert time.monotonic() - started < 25
     failure = recorded_failure(host, host.finished_run(chat.conversation_id))
     assert failure.code in ("upstream.timeout", "upstream.unavailable"), failure
+
+
+# --- compaction across runs (issue 32) ---------------------------------------------------------------
+
+# LangBot 4.11.2 counts a request for an ``openai-chat-completions`` model with litellm's
+# ``token_counter`` on ``openai/<model name>`` (requesters/litellmchat.py ``count_tokens``): for the
+# unknown name ``gpt-fake`` that is tiktoken's cl100k_base plus 3 tokens a message and 3 for the reply,
+# and the tool definitions (``get_weather``: 39). Counted that way, one note is ~541 tokens, one answer
+# ~10, and the requests of runs 1-4 without compaction ~600, ~1150, ~1700 and ~2250 (run 4 logged 2221
+# counted whole; summing each message counted alone adds ~5 a message: 2240). The budget, 2000, sits
+# between runs 3 and 4 (~12% either side); after run 4 summarises, run 5 needs ~1750, and the messages
+# to summarise (~1100) fit one summary request.
+COMPACT_WINDOW, COMPACT_RESERVE = 2400, 400
+COMPACT_KEEP = 600  # the newest message and its answer fit verbatim, two messages do not
+COMPACT_SUMMARY = 256  # the form's minimum: every summary request asks for at most this many tokens
+NOTE_WORDS = "The quick brown fox jumps over the lazy dog near the old river bank. " * 34
+NOTES = 5
+
+
+def _output_limit(body: dict[str, Any]) -> Any:
+    """The answer length a completion request asks for (litellm may send either name)."""
+    return body.get("max_tokens", body.get("max_completion_tokens"))
+
+
+def _request_text(body: dict[str, Any]) -> str:
+    return "\n".join(said_by(body.get("messages") or [], "system") + said_by(body.get("messages") or [], "user")
+                     + said_by(body.get("messages") or [], "assistant"))
+
+
+def _conversation_rows(host: Host, sql: str, *args: Any) -> list[dict[str, Any]]:
+    with contextlib.closing(sqlite3.connect(host.db_path, timeout=30)) as db:
+        db.row_factory = sqlite3.Row
+        return [dict(r) for r in db.execute(sql, args).fetchall()]
+
+
+def test_a_summary_checkpoint_carries_the_conversation_into_the_next_run(
+        host: Host, llm: FakeOpenAI, model: str, weather_tool: WeatherTool, journey: Any) -> None:
+    """Issue 32: one real LangBot conversation outgrows a small context budget. The run that no longer
+    fits summarises the oldest messages with one model call (``max_tokens`` = context-summary-tokens,
+    no tools), LangBot stores the summary as the conversation's ``local-agent.checkpoint``, and the
+    next run, a new run reading LangBot's transcript again, starts from that summary: it sends the
+    summary and the messages after it, none of the summarised ones, and summarises nothing more."""
+    journey("local-agent", "compaction")
+    tag = secrets.token_hex(4)
+    marker = [f"note-{n}-{tag}" for n in range(1, NOTES + 1)]  # marker[k]: only in note k+1
+    notes = [f"Part {n} of my notes ({marker[n - 1]}): {NOTE_WORDS}" for n in range(1, NOTES + 1)]
+    summaries: list[str] = []
+
+    def answer(body: dict[str, Any]) -> str:
+        if _output_limit(body) is not None:  # a summary request; a chat request sets no length
+            summaries.append(f"Summary {len(summaries) + 1} ({tag}): the user shares numbered notes about a "
+                             "fox that jumps over a dog by a river.")
+            return summaries[-1]
+        found = re.search(rf"note-(\d+)-{tag}", FakeOpenAI.last_user_text(body))
+        return f"Noted part {found.group(1)}." if found else "Noted."
+
+    llm.responder = answer
+    llm.tool_when = llm.fail_when = None  # no note may turn into a tool call or a failure
+    config = agent_config(model, tools=[weather_tool.name], **{
+        "date-grounding": False, "context-window-tokens": COMPACT_WINDOW, "context-reserve-tokens": COMPACT_RESERVE,
+        "context-keep-recent-tokens": COMPACT_KEEP, "context-summary-tokens": COMPACT_SUMMARY})
+    pipeline = host.create_pipeline(f"e2e-local-compact-{uuid.uuid4().hex[:6]}", config, RUNNER_ID)
+
+    conversation: list[str] = []
+    ends = [0]  # len(llm.chat_requests) when each run had finished
+
+    def finished(runs: int) -> None:
+        """Wait until ``runs`` runs ended (each message is its own run, not a follow-up of the last)."""
+        wait_for(f"run {runs} to finish", lambda: _finished_runs(host, conversation[0], runs), 30, interval=0.1,
+                 alive=host.alive)
+        ends.append(len(llm.chat_requests))
+
+    started = time.monotonic()
+    chats = ws_turns(host, pipeline, notes, settle=0.5, between=finished, on_connect=conversation.append)
+    finished(NOTES)
+    say(f"measured: {NOTES} messages with one compaction in {time.monotonic() - started:.1f}s")
+    assert [c.final()["content"] if c.final() else None for c in chats] == [
+        f"Noted part {n}." for n in range(1, NOTES + 1)], [c.replies for c in chats]
+    runs = host.runs(conversation[0])
+    assert [r["status"] for r in runs] == ["completed"] * NOTES, runs
+    per_run = [llm.chat_requests[a:b] for a, b in zip(ends, ends[1:], strict=False)]
+    shapes = [["summary" if _output_limit(r) is not None else "chat" for r in reqs] for reqs in per_run]
+
+    # runs 1-3 fit the budget; run 4 does not: it summarises first, then answers; run 5 fits again
+    assert shapes == [["chat"], ["chat"], ["chat"], ["summary", "chat"], ["chat"]], shapes
+    chat_requests = [r for reqs in per_run for r in reqs if _output_limit(r) is None]
+    offered = [[(t.get("function") or {}).get("name") for t in r.get("tools") or []] for r in chat_requests]
+    assert offered == [[weather_tool.name]] * NOTES, offered
+
+    (summary_request, fourth), fifth = per_run[3], per_run[4][0]
+    # LangBot's litellm passes LocalAgent's max_tokens through as max_tokens for this model
+    assert summary_request.get("max_tokens") == COMPACT_SUMMARY, {k: v for k, v in summary_request.items()
+                                                                  if k != "messages"}
+    assert not summary_request.get("tools") and not summary_request.get("tool_choice"), summary_request.get("tools")
+    summarised = [m for m in marker if m in _request_text(summary_request)]
+    assert summarised and summarised[0] == marker[0], f"the oldest note was not summarised: {summarised}"
+    assert marker[3] not in summarised and marker[4] not in summarised, summarised  # the notes being answered
+    (summary,) = summaries
+
+    # LangBot keeps the checkpoint as the conversation's state (runner_state, scope conversation)
+    state = _conversation_rows(host, "SELECT runner_id, scope, value_json FROM runner_state WHERE conversation_id = ?"
+                               " AND state_key = 'local-agent.checkpoint'", conversation[0])
+    assert [(s["runner_id"], s["scope"]) for s in state] == [(RUNNER_ID, "conversation")], state
+    checkpoint = json.loads(state[0]["value_json"])
+    assert checkpoint["summary"] == summary and isinstance(checkpoint["through_seq"], int), checkpoint
+    assert checkpoint.get("created_at"), checkpoint
+    events = host.run_events(runs[3]["run_id"])
+    for line in (str((e.get("data") or {}).get("text", "")) for e in events if e["type"] == "processor.log"):
+        if "summaris" in line:
+            say(f"measured: run 4 logged: {line}")  # the request size LangBot counted, against the budget
+    updates = [e["data"] for e in events if e["type"] == "state.updated"]
+    assert [(u["key"], u["scope"], u["value"]["summary"]) for u in updates] == [
+        ("local-agent.checkpoint", "conversation", summary)], updates
+
+    # the checkpoint's cursor splits LangBot's transcript: what is up to it was summarised, what is
+    # after it is sent again by the next run (nothing is sent twice, nothing is lost)
+    user_rows = _conversation_rows(host, "SELECT seq FROM transcript WHERE conversation_id = ?"
+                                   " AND role = 'user' ORDER BY seq", conversation[0])
+    assert len(user_rows) == NOTES, [r["seq"] for r in user_rows]
+    up_to = [m for m, r in zip(marker, user_rows, strict=True) if r["seq"] <= checkpoint["through_seq"]]
+    assert up_to == summarised, (up_to, summarised, checkpoint)
+
+    for request, run in ((fourth, 4), (fifth, 5)):
+        sent = _request_text(request)
+        assert summary in "\n".join(said_by(request["messages"], "system")), f"run {run} lacks the summary"
+        assert not [m for m in summarised if m in sent], f"run {run} sent summarised notes again"
+        assert [m for m in marker[:run] if m not in summarised and m not in sent] == [], \
+            f"run {run} lost a note that was not summarised"
+    assert "Summary of the earlier conversation:" in "\n".join(said_by(fifth["messages"], "system"))
 
 
 # --- legacy pipeline migration (host-contract.md section 5) ------------------------------------------
