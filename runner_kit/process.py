@@ -366,6 +366,9 @@ class AgentProcess:
                 stderr=asyncio.subprocess.PIPE,
                 start_new_session=True,
                 limit=line_limit,
+                # a plugin process started with SIGINT ignored (a background job of a shell without job
+                # control, some supervisors) would pass that on to every agent: its interrupt would do nothing
+                preexec_fn=_default_signals if _ignored_signals() else None,
             )
         except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
             raise RunnerError(
@@ -582,6 +585,27 @@ def tagged(tag: str) -> set[int]:
     me = os.getpid()
     return {pid for pid, environ in _proc_files("environ")
             if pid != me and needle in environ.split(b"\0") and alive(pid)}
+
+
+_INTERRUPTS = (signal.SIGINT, signal.SIGQUIT)
+
+
+def _ignored_signals() -> bool:
+    """Whether this process ignores an interrupt signal its agents must be able to receive."""
+    try:
+        return any(signal.getsignal(s) == signal.SIG_IGN for s in _INTERRUPTS)
+    except (ValueError, OSError):
+        return False
+
+
+def _default_signals() -> None:
+    """In the agent's process, before it runs: interrupt signals back to their defaults (an ignored
+    disposition survives exec, and a shell cannot even trap a signal ignored when it started)."""
+    for s in _INTERRUPTS:
+        try:
+            signal.signal(s, signal.SIG_DFL)
+        except (ValueError, OSError):
+            pass
 
 
 def _program(pid: int) -> str:

@@ -145,13 +145,13 @@ class RunEnv:
         turn, which then answers them in its one reply (none becomes a turn of its own, and an
         interrupt they caused is no longer noted as one). Call it between steps; in
         ``follow-up-mode: interrupt`` call it after ``interrupt()`` ended a step. None when there are
-        none, when a question to the chat is open, or when another member's session waits for its
-        turn (their messages go first; these then wait for the next turn as usual)."""
+        none or when a question to the chat is open. Another member's session waiting meanwhile does
+        not hold them back: they belong to the turn already running, which they lengthen, not outrun."""
         steer = self.steering
         if steer is None or not steer.enabled or steer.hold:
             return None
         await steer.pull()
-        if not steer.pending or steer.others:
+        if not steer.pending:
             return None
         batch = steer.take_into_turn()
         if self.turn_state is not None:
@@ -1006,6 +1006,8 @@ async def _pump(
                 env.touch()
                 continue
             if item is _STEERED:
+                if watch is not None and not watch.pending:
+                    continue  # the turn already took that follow-up in (RunEnv.follow_ups): nothing to stop
                 state.interrupted = True
                 try:
                     await asyncio.wait_for(adapter.interrupt(), timeout=CANCEL_GRACE)
@@ -1295,7 +1297,7 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
             if builder.auto_progress:
                 out.append(builder.set_progress(progress_line(item.name, params)))
         case ev.Progress(text=t):
-            out.append(builder.set_progress(t))
+            out.append(builder.set_progress(env.redact(t)))
         case ev.Finish(reason=why):
             env.finish_reason = str(why or "").strip() or None
         case ev.ToolCompleted():

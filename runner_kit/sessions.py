@@ -231,9 +231,11 @@ def in_conversation(conv: str | None) -> list[Slot]:
 
 def view(ctx: Any, item: Any) -> Any:
     """``ctx`` as the sender of a steering ``item`` would have started it: their actor, their
-    conversation details and their input; the host API and everything else are the run's."""
+    conversation details, their message's event (its id and time) and their input; the host API and
+    everything else are the run's."""
     update = {"actor": getattr(item, "actor", None) or getattr(ctx, "actor", None),
-              "conversation": getattr(item, "conversation", None) or getattr(ctx, "conversation", None)}
+              "conversation": getattr(item, "conversation", None) or getattr(ctx, "conversation", None),
+              "event": getattr(item, "event", None) or getattr(ctx, "event", None)}
     source = getattr(item, "input", None)
     if source is not None:
         update["input"] = source

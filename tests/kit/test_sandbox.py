@@ -181,6 +181,25 @@ async def test_signals_reach_the_agent_itself_not_bwrap(dirs):
         await proc.stop()
 
 
+@pytest.mark.parametrize("isolation", ["sandbox", "none"])
+async def test_an_agent_can_be_interrupted_even_when_the_plugin_process_ignores_sigint(dirs, isolation):
+    """A plugin process started with SIGINT ignored (a background job of a shell without job control)
+    passes that on to its children, and a shell cannot even trap a signal ignored when it started: the
+    agent gets the interrupt signals back at their defaults."""
+    ws, home = dirs["a"]
+    config = {} if isolation == "sandbox" else {"isolation": "none"}
+    before = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGQUIT)}
+    try:
+        for s in before:
+            signal.signal(s, signal.SIG_IGN)
+        out = await _run(["/bin/sh", "-c", "grep SigIgn /proc/self/status"], ws, home, config)
+    finally:
+        for s, handler in before.items():
+            signal.signal(s, handler)
+    ignored = int(out.split()[-1], 16)
+    assert not ignored & (1 << (signal.SIGINT - 1)) and not ignored & (1 << (signal.SIGQUIT - 1)), out
+
+
 def _comm(pid: int | None) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text().strip()
