@@ -165,6 +165,17 @@ async def load_history(ctx: Any, limit: int, through_seq: int | None, log: Any) 
     return found if through_seq is not None else found[-limit:]
 
 
+async def cursor_ahead(ctx: Any, through_seq: int) -> bool:
+    """Whether a checkpoint's cursor lies past the conversation's newest message (its transcript was
+    reset, or the checkpoint was written elsewhere): then no message would ever be read after it."""
+    try:
+        page = await ctx.api.history_page(limit=1, direction="backward")
+    except Exception:  # noqa: BLE001 - unknown: keep the checkpoint
+        return False
+    seqs = [s for i in list(_get(page, "items") or []) if isinstance(s := _get(i, "seq"), int)]
+    return bool(seqs) and max(seqs) < through_seq
+
+
 def _history_content(item: Any) -> str | list[Msg] | None:
     cj = _get(item, "content_json")
     inner = cj.get("content") if isinstance(cj, dict) else None

@@ -284,8 +284,8 @@ async def test_oversized_result_keeps_paths_and_urls(fake, host, runner):
     assert "characters cut" in content
 
 
-def test_a_result_of_nothing_but_links_stays_bounded():
-    from local_agent.tools import preview  # noqa: PLC0415 - the plugin package is importable in tests
+def test_a_result_of_nothing_but_links_stays_bounded(runner):
+    from local_agent.tools import preview  # noqa: PLC0415 - importable once the runner is loaded
 
     links = " ".join(f"https://example.com/page/{i}" for i in range(2000))
     shown = preview(links, 1000)

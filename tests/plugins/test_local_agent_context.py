@@ -291,8 +291,8 @@ async def test_tools_run_in_parallel_by_default(fake, host, runner):
     assert running["most"] == 2
 
 
-def test_previews_keep_every_kind_of_link_and_path():
-    from local_agent.tools import preview
+def test_previews_keep_every_kind_of_link_and_path(runner):
+    from local_agent.tools import preview  # importable once the runner is loaded
 
     refs = ["s3://bucket/key/a.parquet", "gs://bkt/obj.csv", "ftp://files.example.org/pub/x.tar",
             "file:///srv/data/report.pdf", r"C:\Users\ann\report.docx"]
