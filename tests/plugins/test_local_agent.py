@@ -68,6 +68,19 @@ def tool_results(results: list[Any]) -> list[tuple[str, str]]:
     return [(rtype(r), r.data["tool_name"]) for r in results if rtype(r).startswith("tool.call.")]
 
 
+def follow_up_at(host: LocalHost, ctx: Any, kind: str, text: str) -> Any:
+    """A ``collect`` callback: ``text`` is sent as a follow-up when the first result of ``kind`` arrives."""
+    queued = False
+
+    def during(result: Any) -> None:
+        nonlocal queued
+        if not queued and rtype(result) == kind:
+            host.queue_steering(ctx, text)
+            queued = True
+
+    return during
+
+
 def add_tool(host: LocalHost, name: str, func: Any, props: dict[str, Any] | None = None) -> None:
     host.add_tool(LocalTool(name, f"The {name} tool", {"type": "object", "properties": props or {}}, func))
 
@@ -420,15 +433,7 @@ async def test_follow_up_gets_its_own_reply_in_the_same_run(fake, host, runner):
     fake.script = [Say("First answer."), Say("Second answer.")]
     fake.token_delay = 0.05
     ctx = host.make_context("first", config=cfg(), identity=CONV, steering=True)
-    queued = False
-
-    def during(result: Any) -> None:
-        nonlocal queued
-        if not queued and rtype(result) == "message.delta":
-            host.queue_steering(ctx, "and a follow-up")
-            queued = True
-
-    res = await collect(runner, host, ctx, during)
+    res = await collect(runner, host, ctx, follow_up_at(host, ctx, "message.delta", "and a follow-up"))
     assert messages(res) == ["First answer.", "Second answer."]
     follow = [(m["role"], t) for m, t in zip(sent(fake), texts(sent(fake)), strict=True) if m["role"] != "system"]
     assert follow[-3:] == [("user", "first"), ("assistant", "First answer."), ("user", "and a follow-up")]

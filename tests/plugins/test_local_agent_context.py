@@ -3,6 +3,7 @@ call, compaction of history and of the run's own tool rounds, the checkpoint cur
 structured summaries, the overflow retry and fallbacks per model call, and follow-ups that steer a
 tool loop. The fake model refuses a request over its window before any output, as providers do."""
 
+# ruff: noqa: F811 - the fake/host fixtures are imported from test_local_agent and taken as parameters
 from __future__ import annotations
 
 import asyncio
@@ -17,22 +18,19 @@ from runners_cli.host_models import OpenAIChatModel
 from runners_cli.plugins import find
 from tests.fakes.openai import Fail, FakeOpenAI, Say, ToolCalls
 from tests.helpers import collect, failure, final_text, messages, rtype, run, state_updates
-from tests.plugins.test_local_agent import CHECKPOINT, CONV, add_tool, cfg, sent, texts
+from tests.plugins.test_local_agent import (  # noqa: F401
+    CHECKPOINT,
+    CONV,
+    add_tool,
+    cfg,
+    fake,
+    follow_up_at,
+    host,
+    sent,
+    texts,
+)
 
 PLUGIN = "local-agent"
-
-
-@pytest.fixture
-def fake():
-    with FakeOpenAI(api_key="sk-test") as srv:
-        yield srv
-
-
-@pytest.fixture
-def host(fake):
-    h = LocalHost(runner_id=find(PLUGIN).runner_id)
-    h.add_model(OpenAIChatModel("m-main", base_url=fake.base_url, api_key="sk-test", model_name="gpt-fake"))
-    return h
 
 
 def summaries(fake: FakeOpenAI) -> list[dict[str, Any]]:
@@ -228,15 +226,8 @@ async def test_a_follow_up_during_a_tool_reaches_the_loop(fake, host, runner, mo
     fake.script = [ToolCalls([("weather", {})]), Say("Sunny, and I will bring an umbrella.")]
     ctx = host.make_context("what is the weather", config=cfg(**{"follow-up-mode": mode}), identity=CONV,
                             steering=True)
-    queued = False
-
-    def during(result: Any) -> None:
-        nonlocal queued
-        if not queued and rtype(result) == "tool.call.started":
-            host.queue_steering(ctx, "also: should I bring an umbrella?")
-            queued = True
-
-    res = await collect(runner, host, ctx, during)
+    res = await collect(runner, host, ctx, follow_up_at(host, ctx, "tool.call.started",
+                                                        "also: should I bring an umbrella?"))
     assert messages(res) == ["Sunny, and I will bring an umbrella."]  # one reply answers both
     last = texts(sent(fake))
     assert any("should I bring an umbrella?" in t for t in last)
