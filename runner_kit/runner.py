@@ -981,11 +981,10 @@ async def _pump(
                     yield r
                 continue
             if item is _TIMEOUT:
-                busy = adapter.activity()
+                busy = adapter.activity()  # what the turn waits on, when not the platform ("the tool 'x'")
                 raise RunnerError(
                     "upstream.timeout",
-                    f"{adapter.platform} did not finish within the run's time limit of {env.limit:.0f} s"
-                    + (f" ({busy} was still running)" if busy else ""),
+                    f"{busy or adapter.platform} did not finish within the run's time limit of {env.limit:.0f} s",
                 )
             if item is _IDLE:
                 raise RunnerError(
