@@ -5,6 +5,7 @@ or answers someone else's question. Two and three members, in per-person and sha
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -36,6 +37,9 @@ CAROL = Identity(actor_id="carol", actor_name="Carol")
 SHARED = {"user-id-source": "conversation"}
 
 
+ADAPTERS = itertools.count()
+
+
 class Agent(Adapter):
     """A scripted coding agent: every turn is logged with the session it ran in. A turn whose text
     contains "ask" asks the chat for permission first; "slow" waits ``pause`` seconds."""
@@ -50,11 +54,12 @@ class Agent(Adapter):
     def __init__(self, env):
         super().__init__(env)
         self.sid = None
+        self.serial = next(ADAPTERS)  # which adapter: never reused, as id() is once one is freed
 
     async def turn(self, inp, index):
         stored = self.env.session.current
         self.sid = stored or f"sess-{self.env.user}-{len(type(self).log)}"
-        type(self).log.append({"user": self.env.user, "text": inp.text, "index": index, "adapter": id(self),
+        type(self).log.append({"user": self.env.user, "text": inp.text, "index": index, "adapter": self.serial,
                                "stored": stored})
         yield ev.SessionId(self.sid)
         if "slow" in inp.text:

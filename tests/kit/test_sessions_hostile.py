@@ -40,7 +40,7 @@ class Quiz(Agent):
             async for e in super().turn(inp, index):
                 yield e
             return
-        type(self).log.append({"user": self.env.user, "text": inp.text, "index": index, "adapter": id(self),
+        type(self).log.append({"user": self.env.user, "text": inp.text, "index": index, "adapter": self.serial,
                                "stored": self.env.session.current})
         yield ev.SessionId(self.env.session.current or f"sess-{self.env.user}-{len(type(self).log)}")
         d = await self.env.ask(ap.Question(title="Which branch should I push to?", kind="question"))
