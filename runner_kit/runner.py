@@ -740,7 +740,36 @@ async def drive(
                 yield r
     finally:
         # after the terminal result reached the host (or the host closed us): stop upstream work
-        if to_stop is not None and not pump.ended:
+        if steer is not None and (left := steer.unanswered()):
+            log.warning("%d follow-up message(s) of this run were not answered", len(left))
+        try:
+            # the run waits for that, but never past the host's own deadline: its last word (a partial answer
+            # and its note) must stand, and an upstream whose stop call hangs (a stalled one often does) is
+            # then stopped after the run has ended
+            await _within(_after_run(to_stop if not pump.ended else None, live, hold.slot, entered, platform),
+                          _host_time_left(ctx) - FINAL_MARGIN)
+        finally:
+            unbind_redactor(token)
+
+
+#: how long before the host's deadline a run must have ended, so the host never cuts it off itself
+FINAL_MARGIN = 0.1
+_CLEANUPS: set[asyncio.Task[None]] = set()  # stop calls still running after their runs ended
+
+
+def _host_time_left(ctx: RunnerContext) -> float:
+    """Seconds until the host's deadline for this run (the SDK's and LangBot's); infinite without one."""
+    at = getattr(getattr(ctx, "runtime", None), "deadline_at", None)
+    return float(at) - time.time() if isinstance(at, (int, float)) and at else float("inf")
+
+
+async def _after_run(to_stop: Adapter | None, live: Adapter | None, slot: sessions.Slot | None,
+                     entered: list[sessions.Slot | None], platform: str) -> None:
+    """What a run leaves to do after its terminal result: tell the upstream to stop (within
+    :data:`CANCEL_GRACE`), close the agent session, then let the session's next run go on."""
+    log = get_logger("runner_kit.run")
+    try:
+        if to_stop is not None:
             try:
                 await asyncio.wait_for(to_stop.cancel(), timeout=CANCEL_GRACE)
             except BaseException:  # noqa: BLE001 - best effort; a cancel of ours must not resurface
@@ -750,12 +779,22 @@ async def drive(
                 await live.close()
             except BaseException:  # noqa: BLE001 - closing must not resurface either
                 log.warning("%s: closing the agent session failed", platform)
-        sessions.release(hold.slot)  # the session's next run may go on
+    finally:
+        sessions.release(slot)  # the session's next run may go on
         for entered_slot in entered:
             sessions.leave(entered_slot)
-        if steer is not None and (left := steer.unanswered()):
-            log.warning("%d follow-up message(s) of this run were not answered", len(left))
-        unbind_redactor(token)
+
+
+async def _within(cleanup: Any, seconds: float) -> None:
+    """Wait up to ``seconds`` for ``cleanup``; what is left of it goes on after (kept alive until done),
+    also when this wait is cancelled."""
+    task = asyncio.get_running_loop().create_task(cleanup)
+    _CLEANUPS.add(task)
+    task.add_done_callback(_CLEANUPS.discard)
+    if seconds == float("inf"):
+        await asyncio.shield(task)
+    else:
+        await asyncio.wait({task}, timeout=max(seconds, 0.0))
 
 
 def _reaction(got: tuple[str, str, list[Any]] | None, ctx: RunnerContext, config: Config, env: RunEnv,

@@ -157,6 +157,36 @@ def test_pipeline_chat_keeps_a_partial_answer_with_an_incomplete_note(host: Host
     assert (failure.code, failure.retryable) == ("upstream.timeout", True), failure
 
 
+def test_a_run_that_reaches_its_time_limit_keeps_its_partial_answer_after_the_host_deadline(
+        host: Host, dify: FakeDify) -> None:
+    """Issue 34 item 1: the upstream stalls until the run's total timeout (no idle-timeout) and its stop
+    call hangs. The chat keeps the partial answer and its note: listening on after the final frame past
+    the host's own deadline, LangBot never replaces the bubble with its generic failure line."""
+    dify.fault = "stall"
+    dify.stop_delay = 12.0  # longer than the runner waits for it (CANCEL_GRACE)
+    try:
+        config = dify_config(dify, timeout=8)
+        pipeline = host.create_pipeline(f"e2e-deadline-{uuid.uuid4().hex[:6]}", config, RUNNER_ID)
+        started = time.monotonic()
+        chat = ws_chat(host, pipeline, "hello", timeout=40, settle=4.0)  # 4 s on after the final frame
+        assert time.monotonic() - started > 8, "the chat was read past the host's deadline"
+        assert_partial_answer_kept(chat, streamed=dify.answer_tokens[0])
+        failure = recorded_failure(host, host.finished_run(chat.conversation_id))
+        assert failure.code == "upstream.timeout", failure
+        assert dify.stopped_tasks or _eventually(lambda: bool(dify.stopped_tasks)), "Dify was told to stop"
+    finally:
+        dify.stop_delay = 0.0
+
+
+def _eventually(check: Any, seconds: float = 5.0) -> bool:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "no-stream"])
 def test_pipeline_chat_explains_a_missing_api_key(host: Host, dify: FakeDify, stream: bool) -> None:
     # the WebUI and the API both let an owner save the pipeline with the key left empty

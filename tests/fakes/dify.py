@@ -303,6 +303,8 @@ class FakeDify(PlatformFake):
         self.conversations: dict[str, Conversation] = {}
         self.uploads: dict[str, UploadedFile] = {}
         self.stopped_tasks: list[tuple[str, str]] = []
+        #: seconds the stop endpoint takes before it answers (a stalled server's stop call often hangs too)
+        self.stop_delay = 0.0
         self.tasks: dict[str, Task] = {}
         self.workflow_runs: list[WorkflowRun] = []
         self.request_files: list[list[Any]] = []
@@ -497,6 +499,8 @@ class FakeDify(PlatformFake):
             return
         task_id = req.path_params["task_id"]
         self.stopped_tasks.append((task_id, user))
+        if self.stop_delay:  # the call arrived (recorded); its answer is slow in coming
+            await asyncio.sleep(self.stop_delay)
         task = self.tasks.get(task_id)
         if task is not None and task.user == user and task.kind == kind and not task.done:
             task.stopped = True
