@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import json
+import socket
 import ssl
 from collections.abc import AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager
@@ -174,6 +176,29 @@ def default_error(status: int, body: bytes, content_type: str, platform: str = "
     return RunnerError(code, f"{platform} returned HTTP {status} ({detail[:300]})", status=status)
 
 
+def _nothing_there(exc: BaseException) -> str | None:
+    """Why a connection could not even be opened, when that points at the configured address (nothing
+    listens at that port; no such host name) rather than at a passing outage; else None."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, socket.gaierror) and e.errno in (socket.EAI_NONAME, getattr(socket, "EAI_NODATA", None)):
+            return "no host has that name"
+        if isinstance(e, ConnectionRefusedError) or (isinstance(e, OSError) and e.errno == errno.ECONNREFUSED):
+            return "nothing accepts connections at that port"
+        todo += [e.__cause__, e.__context__, *(a for a in e.args if isinstance(a, BaseException))]
+    text = str(exc)
+    if "Connection refused" in text or "[Errno 111]" in text:
+        return "nothing accepts connections at that port"
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "no host has that name"
+    return None
+
+
 def transport_error(exc: BaseException, platform: str = "upstream", where: str = "") -> RunnerError:
     """Map an httpx transport exception to the taxonomy (never includes headers or keys); a
     connection that cannot be made names ``where`` (``host:port``) when given."""
@@ -193,7 +218,16 @@ def transport_error(exc: BaseException, platform: str = "upstream", where: str =
             "wrong host name); fix the server's certificate or trust its CA via SSL_CERT_FILE",
         )
     if isinstance(exc, httpx.ConnectError):
-        return RunnerError("upstream.unavailable", f"cannot connect to {platform}{at} (connection refused or unreachable)")
+        why = _nothing_there(exc)
+        if why is None:  # the network or the server is down for now: trying again is the advice
+            return RunnerError("upstream.unavailable",
+                               f"cannot connect to {platform}{at} (connection refused or unreachable)")
+        err = RunnerError("upstream.unavailable", f"nothing answers for {platform}{at}: {why}")
+        # not an outage to wait out: usually a wrong URL or port, which only the bot owner can fix
+        err.chat = (f"{platform} is not answering at the address this bot is set to use{at}: {why}. That is "  # type: ignore[attr-defined]
+                    "usually a wrong URL or port, or a server that is not running; the bot owner should check the "
+                    "address in this bot's AI settings.")
+        return err
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return RunnerError("upstream.unavailable", f"the connection to {platform} was closed before the answer finished")
     if isinstance(exc, httpx.UnsupportedProtocol):

@@ -142,7 +142,9 @@ def test_chat_failure_is_reported_and_exits_1(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     # what the chat user would read: the failure explained in plain words, no code alone
-    assert "Dify cannot be reached right now" in proc.stdout and "[upstream" not in proc.stdout
+    # nothing listens at that port: the owner's address to check, not a passing outage (issue 34 item 4)
+    assert "Dify is not answering at the address this bot is set to use" in proc.stdout
+    assert "check the address" in proc.stdout and "[upstream" not in proc.stdout
     assert "error [upstream.unavailable] (retryable): " in proc.stderr
     assert "usage: unknown" in proc.stderr
     assert secret not in proc.stderr
