@@ -432,6 +432,34 @@ def _headings(text: str) -> list[int]:
     return [len(m.group(1)) for _, line in _outside_fences(text) if (m := _HEADING.match(line))]
 
 
+_CJK_CHAR = re.compile(r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]")
+_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uffef]")  # 、，。：（）… no space belongs next to them
+_LINK = re.compile(r"\]\(([^)\s]*)[^)]*\)")
+_BLOCK_START = re.compile(r"^\s*(#|\||[-*+]\s|>|\d+[.)]\s|<)")
+
+
+def relative_links(text: str) -> list[tuple[int, str]]:
+    """(line, target) of every markdown link outside fenced code that is not an absolute web address or
+    an anchor: LangBot renders the plugin page under its own route, where such a link is its 404 page."""
+    return [(n, m.group(1)) for n, line in _outside_fences(text) for m in _LINK.finditer(line)
+            if not re.match(r"(https?://|mailto:|#)", m.group(1))]
+
+
+def broken_cjk_lines(text: str) -> list[int]:
+    """Lines outside fenced code that end inside a Chinese sentence the next line goes on with:
+    markdown renders such a line break as a space, which shows as a stray gap between two Chinese
+    characters or next to Chinese punctuation (a space between a Chinese word and a Latin one is usual)."""
+    lines = _outside_fences(text)
+    out = []
+    for (n, line), (m, after) in zip(lines, lines[1:], strict=False):
+        tail, head = line.rstrip(), after.strip()
+        cjk = (_CJK_CHAR.match(tail[-1]) and _CJK_CHAR.match(head[0])) if tail and head else False
+        punct = bool(tail and head and (_CJK_PUNCT.match(tail[-1]) or _CJK_PUNCT.match(head[0])))
+        if m == n + 1 and (cjk or punct) and not _BLOCK_START.match(after) and "|" not in line:
+            out.append(n)
+    return out
+
+
 def mentions(text: str, key: str) -> bool:
     """The config key appears as a whole name (``timeout`` is not found inside ``idle-timeout``)."""
     return re.search(rf"(?<![A-Za-z0-9_-]){re.escape(key)}(?![A-Za-z0-9_-])", text) is not None
@@ -456,6 +484,12 @@ def readme_problems(directory: Path, keys: list[str]) -> list[str]:
             if columns > README_MAX_COLUMNS:
                 problems.append(f"{rel}:{line}: a table has {columns} columns; at most {README_MAX_COLUMNS} fit "
                                 "LangBot's plugin page (move details into text or bullets below it)")
+        for line, target in relative_links(text):
+            problems.append(f"{rel}:{line}: the link to {target!r} leads to LangBot's 404 page (the plugin page is "
+                            "shown under LangBot's own route): link to an https:// address or leave the link out")
+        for line in broken_cjk_lines(text):
+            problems.append(f"{rel}:{line}: a line break inside a Chinese sentence shows as a stray space on "
+                            "the plugin page: join the line with the next one")
     english, chinese = (texts.get(rel) for rel in README_FILES)
     if english is not None and chinese is not None:
         zh = README_FILES[1]

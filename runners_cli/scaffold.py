@@ -236,8 +236,7 @@ class {cls}Adapter(Adapter):
 _README = """\
 # {name} — {platform} as a LangBot agent
 
-中文说明：[readme/README_zh_Hans.md](readme/README_zh_Hans.md) (LangBot shows it when its interface
-is in Chinese).
+中文说明：LangBot shows the Chinese page (`readme/README_zh_Hans.md`) when its interface is in Chinese.
 
 Runner id: `plugin:langbot-team/{name}/default` · version 0.3.0
 
@@ -276,7 +275,7 @@ Runner id: `plugin:langbot-team/{name}/default` · version 0.3.0
 _README_ZH = """\
 # {name} — 把 {platform} 作为 LangBot 智能体
 
-English: [README.md](../README.md)（LangBot 界面为英文时显示该页）。
+English：LangBot 界面为英文时，插件页显示英文版（`README.md`）。
 
 运行器 ID：`plugin:langbot-team/{name}/default` · 版本 0.3.0
 
@@ -299,8 +298,7 @@ English: [README.md](../README.md)（LangBot 界面为英文时显示该页）�
 - `api-key`（密钥）：{platform} API 密钥。
 - `timeout`（秒）：一次回答的最长时间；LangBot 也会在此时限终止运行。0 表示不限时。
 - `remove-think`（布尔）：从回复中去除思考内容。
-- `user-id-source`：{platform} 看到的终端用户。`actor` 与 `hashed`（不透明的 `lb_…` 标识）让群里每人各有一个会话；
-  `conversation` 则每个 LangBot 会话共用一个。
+- `user-id-source`：{platform} 看到的终端用户。`actor` 与 `hashed`（不透明的 `lb_…` 标识）让群里每人各有一个会话；`conversation` 则每个 LangBot 会话共用一个。
 - `advanced-settings`（布尔）：应用下面的高级设置；关闭时使用默认值。
 - `idle-timeout`（秒，高级）：{platform} 在这段时间内没有发送任何内容时结束运行。
 - `explain-failures`（布尔，高级）：在聊天中说明失败原因，而不是 LangBot 的通用提示；中途中断的回答保留已输出的文字并附说明。

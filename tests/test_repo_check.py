@@ -298,6 +298,17 @@ def test_readme_checks_catch_the_problems(tmp_path: Path) -> None:
     problems = readme_problems(tmp_path, ["idle-timeout", "timeout"])
     assert any("has no Chinese text" in p for p in problems), problems
     assert any("translate the whole page" in p for p in problems), problems
+    # issue 34 item 6: LangBot shows the page under its own route (a relative link is its 404 page), and a
+    # line break inside a Chinese sentence renders as a stray space
+    (tmp_path / "README.md").write_text("# X\n\nSee [the Chinese page](readme/README_zh_Hans.md) or "
+                                        "[the site](https://example.com) and [below](#x).\n", encoding="utf-8")
+    (tmp_path / "readme" / "README_zh_Hans.md").write_text(
+        "# X\n\n第一行的句子在这里\n断开了。\n\n- 列表项、\n  `code` 继续\n\n中文 word\nEnglish 可以\n", encoding="utf-8")
+    problems = readme_problems(tmp_path, [])
+    assert [p for p in problems if "404" in p] == [
+        "README.md:3: the link to 'readme/README_zh_Hans.md' leads to LangBot's 404 page (the plugin page is shown "
+        "under LangBot's own route): link to an https:// address or leave the link out"], problems
+    assert [p.split(":")[1] for p in problems if "stray space" in p] == ["3", "6"], problems
 
 
 # --- across the repository ---------------------------------------------------------------------
