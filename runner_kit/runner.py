@@ -114,7 +114,7 @@ class RunEnv:
         # a single-turn platform's own message before kept ones were merged in (runner_kit.pending)
         self.pending_own_input: UserInput | None = None
         # the running turn's pump state (set by the turn loop; :meth:`follow_ups` clears its interrupt)
-        self.turn_state: Any = None
+        self.turn_state: _Pump | None = None
 
     def refresh(self) -> None:
         """Read the session's id and approvals again, after the state snapshot caught up with what

@@ -226,7 +226,8 @@ class LocalAdapter(Adapter):
         self.system = ""
         self.request: list[Msg] = []
         self._sizes: dict[int, tuple[Msg, int]] = {}
-        self._groups: list[tuple[list[Msg], int]] = []  # messages first counted together, and their tokens  # id(message) -> (message, its tokens): each counted once
+        self._groups: list[tuple[list[Msg], int]] = []
+        self._summary_msg: Msg = {}  # the stored summary as a message, for its size  # messages first counted together, and their tokens  # id(message) -> (message, its tokens): each counted once
         self._prefix: tuple[tuple[Any, ...], int] | None = None  # (what it was counted for, tokens)
         self._compacted = False  # something was summarised in this run
         self._dropped = False  # the stored checkpoint was stale: cleared
@@ -620,6 +621,15 @@ class LocalAdapter(Adapter):
             rest = [m for m in rest if id(m) not in fresh]
         return total + sum([await self._size(model, m) for m in rest])
 
+    async def _summary_size(self, model: str) -> int:
+        """The stored summary's tokens, counted once for each summary."""
+        if not self.checkpoint:
+            return 0
+        text = str(self.checkpoint["summary"])
+        if self._summary_msg.get("content") != text:
+            self._summary_msg = {"role": "user", "content": text}
+        return await self._size(model, self._summary_msg)
+
     def _shares(self) -> dict[int, int]:
         """Each message of a group counted together: its share of the group's count, by its length (what
         decides which messages are kept; the request is counted again after summarising)."""
@@ -646,7 +656,8 @@ class LocalAdapter(Adapter):
         note_msg = self._notes_sent.setdefault(note, {"role": "user", "content": note}) if note else None
         target = min(self.limit, max(self._estimate * 3 // 4, 1)) if harder else self.limit
         extra = (await self._size(model, note_msg) if note_msg else 0) + self._correction
-        used = await self._head_size(model, funcs) + await self._body(model) + extra
+        body = await self._body(model)
+        used = await self._head_size(model, funcs) + body + extra
         if used <= target and not harder:
             self.request, self._estimate = self._build(note_msg), used
             return
@@ -654,9 +665,8 @@ class LocalAdapter(Adapter):
         shares = self._shares()
         sizes = [sum([shares[id(m)] if id(m) in shares else await self._size(model, m) for m in u.msgs])
                  for u in units]
-        used = used - await self._body(model) + sum(sizes)
-        summary_now = await self._size(model, {"role": "user", "content": str(self.checkpoint["summary"])}) \
-            if self.checkpoint else 0
+        used = used - body + sum(sizes)
+        summary_now = await self._summary_size(model)
         # after summarising, the summary takes up to summary_tokens where the old one took summary_now
         fixed = used - sum(sizes) + self.summary_tokens - summary_now
         pinned = sum(n for u, n in zip(units, sizes, strict=True) if u.pinned)
@@ -695,8 +705,8 @@ class LocalAdapter(Adapter):
     def _too_large(self, used: int, message: int, rest: int) -> RunnerError:
         return RunnerError(
             "input.too_large",
-            f"the request needs {used} tokens but the model's budget is {self.limit} (context-window-tokens "
-            f"{self.window} minus the {self.reserve} kept for the answer): the message being answered takes "
+            f"the request needs {used} tokens but the model's budget is {self.limit} (a {self.window}-token window "
+            f"minus the {self.reserve} kept for the answer): the message being answered takes "
             f"{message}, the system prompt, summary and tool definitions {rest}, even with the earlier conversation "
             "summarised; send a shorter message or fewer attachments, or raise context-window-tokens if the "
             "model allows more",
@@ -707,8 +717,7 @@ class LocalAdapter(Adapter):
         fits the model; the checkpoint is stored after each chunk, so what was summarised stays so."""
         # what one summary request may hold: the window less the summary's own answer
         budget = max(min(self.limit, self.window - self.summary_tokens) - SUMMARY_OVERHEAD, 256)
-        previous = await self._size(model, {"role": "user", "content": str(self.checkpoint["summary"])}) \
-            if self.checkpoint else 0
+        previous = await self._summary_size(model)
         chunk: list[tuple[Unit, int]] = []
         chunks: list[list[tuple[Unit, int]]] = []
         room = budget - max(previous, self.summary_tokens)  # a later chunk carries the summary so far
@@ -722,7 +731,9 @@ class LocalAdapter(Adapter):
         for number, part in enumerate(chunks, 1):
             # a unit larger than a whole request is cut to what fits (about 4 characters a token)
             per_char = max(room, 1) / max(sum(n for _, n in part), 1)
-            lines = [_render(u, max(int(len(_render(u, 10**9)) * min(per_char, 1.0)), 200)) for u, _ in part]
+            full = [_render(u, 10**9) for u, _ in part]
+            lines = [t if per_char >= 1 else _render(u, max(int(len(t) * per_char), 200))
+                     for (u, _), t in zip(part, full, strict=True)]
             async for e in self._summary_call(model, "\n\n".join(lines)):
                 yield e
             seqs = [u.seq for u, _ in part if u.seq is not None]

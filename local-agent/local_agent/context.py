@@ -130,10 +130,9 @@ async def load_history(ctx: Any, limit: int, through_seq: int | None, log: Any) 
                 after = max(_get(i, "seq") for i in items)
         else:
             before: int | None = None
-            # the run's own message is on the newest page (LangBot writes it first): it does not count
-            while sum(1 for i in raw if not (own and _get(i, "event_id") == own)) < limit:
-                wanted = limit - sum(1 for i in raw if not (own and _get(i, "event_id") == own))
-                kwargs: dict[str, Any] = {"limit": min(wanted + (0 if raw else 1), PAGE_LIMIT),
+            counted = 0  # the run's own message is on the newest page (LangBot writes it first): it does not count
+            while counted < limit:
+                kwargs: dict[str, Any] = {"limit": min(limit - counted + (0 if raw else 1), PAGE_LIMIT),
                                           "direction": "backward"}
                 if before is not None:
                     kwargs["before_cursor"] = str(before)
@@ -142,6 +141,7 @@ async def load_history(ctx: Any, limit: int, through_seq: int | None, log: Any) 
                 if before is not None:
                     items = [i for i in items if _get(i, "seq") < before]
                 raw.extend(items)
+                counted += sum(1 for i in items if not (own and _get(i, "event_id") == own))
                 if not items or not _get(page, "has_more"):
                     break
                 before = min(_get(i, "seq") for i in items)
