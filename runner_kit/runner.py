@@ -729,7 +729,7 @@ async def drive(
                 to_stop = None
             note = await _unanswered(steer)
             for r in _failure(exc.code, redact(exc.message), exc.retryable, env, config, builder, usage, platform, ctx,
-                              note, chat=getattr(exc, "chat", None)):
+                              note, chat=redact(chat) if (chat := getattr(exc, "chat", None)) else None):
                 yield r
         except Exception as exc:  # noqa: BLE001 - nothing may escape run()
             log.error("internal error in %s: %s", adapter_cls.__name__, redact(repr(exc)))
@@ -752,6 +752,8 @@ async def drive(
             unbind_redactor(token)
 
 
+#: the longest an agent session's close may take after its run (a hung one would keep its session locked)
+CLOSE_GRACE = 10.0
 #: how long before the host's deadline a run must have ended, so the host never cuts it off itself
 FINAL_MARGIN = 0.1
 _CLEANUPS: set[asyncio.Task[None]] = set()  # stop calls still running after their runs ended
@@ -776,9 +778,9 @@ async def _after_run(to_stop: Adapter | None, live: Adapter | None, slot: sessio
                 log.info("%s: the upstream stop call did not finish", platform)
         if live is not None:
             try:
-                await live.close()
+                await asyncio.wait_for(live.close(), timeout=CLOSE_GRACE)  # cancelled: its processes are killed
             except BaseException:  # noqa: BLE001 - closing must not resurface either
-                log.warning("%s: closing the agent session failed", platform)
+                log.warning("%s: closing the agent session failed or took over %.0f s", platform, CLOSE_GRACE)
     finally:
         sessions.release(slot)  # the session's next run may go on
         for entered_slot in entered:

@@ -694,6 +694,10 @@ class LocalAdapter(Adapter):
         gone = {id(m) for u, _ in older for m in u.msgs}
         self.history = [(q, m) for q, m in self.history if id(m) not in gone]
         self.transcript = [m for m in self.transcript if id(m) not in gone]
+        # what is summarised is neither counted nor kept any more: a group that lost a member is counted
+        # again (once, as the group of what is left) at the next measure
+        self._groups = [(ms, n) for ms, n in self._groups if not any(id(m) in gone for m in ms)]
+        self._sizes = {k: v for k, v in self._sizes.items() if k not in gone}
         head = await self._head_size(model, funcs) + extra
         used = head + await self._body(model)
         if used > target:
