@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from . import texts
 from .errors import RunnerError, config_secrets
 
 _STRING_TYPES = {"string", "text", "password", "secret", "select", "llm-model-selector"}
@@ -38,6 +39,8 @@ class Field:
     allow_custom: bool = False
     minimum: float | None = None
     advanced: bool = False
+    #: what the form calls it, per locale (``en_US``, ``zh_Hans``): named so in chat texts
+    label: Mapping[str, str] | None = None
 
     @property
     def secret(self) -> bool:
@@ -93,9 +96,15 @@ class ConfigSchema:
                     allow_custom=bool(item.get("allow_custom", False)),
                     minimum=item.get("x-minimum"),
                     advanced=bool(item.get("advanced", False)),
+                    label={str(k): str(v) for k, v in item["label"].items()}
+                    if isinstance(item.get("label"), dict) else None,
                 )
             )
         return cls(fields)
+
+    def labels(self) -> dict[str, Mapping[str, str]]:
+        """Config key -> locale -> what the form calls it (keys without a label left out)."""
+        return {name: f.label for name, f in self.fields.items() if f.label}
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> ConfigSchema:
@@ -156,15 +165,15 @@ class ConfigSchema:
 #: what the chat reads when a binding was never set up by its owner (see :func:`not_set_up`)
 NOT_SET_UP = ("This bot's agent is {agent}, which its owner has not set up yet: open the pipeline's AI settings "
               "and choose and configure a runner.")
+NOT_SET_UP_ZH = "此机器人的智能体是 {agent}，但其所有者尚未完成设置：请打开流水线的 AI 设置，选择并配置一个运行器。"
 
 
 def not_set_up(agent: str) -> RunnerError:
     """``config.missing`` for a binding its owner never configured (LangBot binds a new pipeline to
     the first runner it lists, with that runner's YAML defaults): one line for the chat, shown as
     it is, that tells the owner what to do."""
-    text = NOT_SET_UP.format(agent=agent)
-    exc = RunnerError("config.missing", text)
-    exc.chat = text  # type: ignore[attr-defined]  # runner.drive shows it instead of the generic explanation
+    exc = RunnerError("config.missing", NOT_SET_UP.format(agent=agent))
+    exc.chat = texts.t(NOT_SET_UP, NOT_SET_UP_ZH, agent=agent)  # type: ignore[attr-defined]  # runner.drive shows it instead of the generic explanation
     return exc
 
 

@@ -95,7 +95,7 @@ def platform_error(
     parts = [f"{platform} error"]
     if status:
         parts.append(f"HTTP {status}")
-    if code:
+    if code and code != str(status or ""):  # "HTTP 403 403" says nothing twice
         parts.append(code)
     text = " ".join(parts)
     detail = message or hint

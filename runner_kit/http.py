@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from . import texts
 from .errors import RunnerError, status_to_code, url_userinfo
 from .logs import install_http_filters, remember_secret
 
@@ -176,6 +177,9 @@ def default_error(status: int, body: bytes, content_type: str, platform: str = "
     return RunnerError(code, f"{platform} returned HTTP {status} ({detail[:300]})", status=status)
 
 
+_WHY_ZH = {"no host has that name": "找不到这个主机名", "nothing accepts connections at that port": "该端口上没有服务在接受连接"}
+
+
 def _nothing_there(exc: BaseException) -> str | None:
     """Why a connection could not even be opened, when that points at the configured address (nothing
     listens at that port; no such host name) rather than at a passing outage; else None."""
@@ -224,9 +228,12 @@ def transport_error(exc: BaseException, platform: str = "upstream", where: str =
                                f"cannot connect to {platform}{at} (connection refused or unreachable)")
         err = RunnerError("upstream.unavailable", f"nothing answers for {platform}{at}: {why}")
         # not an outage to wait out: usually a wrong URL or port, which only the bot owner can fix
-        err.chat = (f"{platform} is not answering at the address this bot is set to use{at}: {why}. That is "  # type: ignore[attr-defined]
-                    "usually a wrong URL or port, or a server that is not running; the bot owner should check the "
-                    "address in this bot's AI settings.")
+        err.chat = texts.t(  # type: ignore[attr-defined]
+            "{p} is not answering at the address this bot is set to use{at}: {why}. That is usually a wrong URL or "
+            "port, or a server that is not running; the bot owner should check the address in this bot's AI settings.",
+            "{p} 在此机器人设置的地址{at}没有响应：{why}。通常是 URL 或端口填错了，或者服务器没有运行；请机器人所有者"
+            "在机器人的 AI 设置中检查地址。",
+            p=platform, at=texts.t(at, f"（{where}）" if where else ""), why=texts.t(why, _WHY_ZH.get(why, why)))
         return err
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return RunnerError("upstream.unavailable", f"the connection to {platform} was closed before the answer finished")

@@ -22,7 +22,7 @@ import asyncio
 import dataclasses
 import time
 import traceback
-from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping
 from contextlib import aclosing
 from dataclasses import replace
 from functools import cached_property
@@ -33,7 +33,7 @@ from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
-from . import agent_mcp, routing, sessions
+from . import agent_mcp, routing, sessions, texts
 from . import approvals as ap
 from . import events as ev
 from .channel import Channel
@@ -54,6 +54,29 @@ DEFAULT_TIMEOUT = 300.0
 NO_LIMIT = 24 * 3600.0  # "no deadline" (timeout 0 or blank and no host deadline), kept finite
 CANCEL_GRACE = 3.0  # longest wait for the upstream's stop endpoint after a cancel or deadline
 DEFAULT_SESSION_RESET_TEXT = "(The previous conversation could not be continued, so this reply starts a new one.)"
+DEFAULT_SESSION_RESET_TEXT_ZH = "（之前的会话无法继续，这条回复开始了一段新的会话。）"
+
+
+def reset_text(config: Mapping[str, Any]) -> str:
+    """The new-conversation notice: the owner's ``session-reset-text``, or (blank, or the English
+    default an earlier version stored) the built-in one in the run's language."""
+    said = str(config.get("session-reset-text") or "").strip()
+    if said and said != DEFAULT_SESSION_RESET_TEXT:
+        return said
+    return texts.t(DEFAULT_SESSION_RESET_TEXT, DEFAULT_SESSION_RESET_TEXT_ZH)
+
+
+def _language(ctx: RunnerContext, platform: str) -> str:
+    """The run's chat language (:func:`runner_kit.texts.choose`): ``chat-language`` as LangBot sent
+    it, else the person's message, else what they last wrote in this conversation."""
+    raw = ctx.config if isinstance(getattr(ctx, "config", None), Mapping) else {}
+    try:
+        text = ctx.input.to_text() if getattr(ctx, "input", None) is not None else ""
+    except Exception:  # noqa: BLE001 - an unreadable input is reported by load_input, not here
+        text = ""
+    conv = sessions.conversation_key(ctx, platform)
+    who = ap.actor_of(ctx)[0] if conv else None
+    return texts.choose(raw.get("chat-language"), text, f"{conv}|{who}" if conv else None)
 
 
 def deadline_margin(limit: float) -> float:
@@ -338,6 +361,7 @@ async def drive(
     usage = UsageTotals()
     redact = Redactor()
     token = bind_redactor(redact)
+    spoken = texts.bind(_language(ctx, adapter_cls.platform), schema.labels())
     env: RunEnv | None = None
     config: Config | None = None
     log = get_logger("runner_kit.run")
@@ -376,7 +400,7 @@ async def drive(
                     log.info("%s: stored session is gone upstream; retrying on a fresh one", platform)
                     env.session.drop()
                     if _flag(config, "session-reset-notice", True):
-                        builder.set_preamble(str(config.get("session-reset-text") or DEFAULT_SESSION_RESET_TEXT))
+                        builder.set_preamble(reset_text(config))
                     continue
                 raise RunnerError("upstream.not_found", f"{platform} reports the conversation does not exist") from None
 
@@ -750,6 +774,7 @@ async def drive(
                           _host_time_left(ctx) - FINAL_MARGIN)
         finally:
             unbind_redactor(token)
+            texts.unbind(spoken)
 
 
 #: the longest an agent session's close may take after its run (a hung one would keep its session locked)

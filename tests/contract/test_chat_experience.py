@@ -89,19 +89,40 @@ async def test_how_a_shown_failure_ends_per_surface(case, server, host, surface)
         assert rtype(end) == "run.failed" and end.data["code"] == "upstream.auth"
 
 
-async def test_missing_config_is_explained_in_the_chat_not_only_in_the_log(case, server, host):
+def form_label(case, key: str, locale: str) -> str:
+    (item,) = [i for i in find(case.plugin).config_items if i["name"] == key]
+    return item["label"][locale]
+
+
+@pytest.mark.parametrize("said, locale, words", [
+    ("hello", "en_US", "settings"),
+    ("你好，帮我看一下这个问题", "zh_Hans", "设置"),
+])
+async def test_missing_config_is_explained_in_the_chat_by_its_form_label(case, server, host, said, locale, words):
+    """The chat names the setting as the form shows it, in the language the person wrote in; the raw
+    config key stays in the log and the ledger."""
     cfg = case.config(server)
     secrets = set(case.secrets(server))
     key = next((k for k, v in cfg.items() if isinstance(v, str) and v in secrets), None)
     if key is None:
         pytest.skip(f"{case.plugin}'s contract config has no required secret to leave out")
     cfg[key] = ""
-    results = await run(make_runner(case.plugin, host), host, config=cfg)
-    code, _, _ = failure(results)
+    results = await run(make_runner(case.plugin, host), host, said, config=cfg)
+    code, _, message = failure(results)
     assert code == "config.missing"
     (shown,) = messages(results)
-    assert key in shown and "settings" in shown
-    assert not server.find_requests()
+    assert form_label(case, key, locale) in shown and words in shown, shown
+    assert key not in shown, f"the chat names {key!r} by its label: {shown}"
+    assert key in message, "the ledger keeps the key"
+
+
+async def test_a_chinese_message_gets_its_failure_explained_in_chinese(case, server, host):
+    case.set_fault(server, "http_401")
+    results = await run(make_runner(case.plugin, host), host, "请帮我总结一下今天的讨论", config=case.config(server))
+    assert failure(results)[0] == "upstream.auth"
+    (shown,) = messages(results)
+    assert "拒绝" in shown and "密钥" in shown, shown
+    assert "rejected" not in shown and "should check" not in shown
 
 
 async def test_owner_can_fall_back_to_the_hosts_generic_notice(case, server, host):
