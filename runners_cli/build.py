@@ -24,12 +24,15 @@ import os
 import re
 import shutil
 import threading
+import unicodedata
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from xml.etree import ElementTree
 
+import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
@@ -499,6 +502,161 @@ def readme_problems(directory: Path, keys: list[str]) -> list[str]:
             problems.append(f"{zh} has headings {_headings(chinese)} but README.md has {_headings(english)} "
                             "(translate the whole page, section by section)")
     return problems
+
+
+# --- the plugin list (label, description, icon) --------------------------------------------------
+
+# LangBot 4.11.2's plugin list (and its runner picker) shows each plugin as its icon, its label and
+# its description. At 1440 px a label is cut after about 13 columns ("Claude Code …"); a Chinese
+# character is two columns wide.
+LABEL_MAX_COLUMNS = 13
+DESCRIPTION_MIN_CHARS = {"en_US": 40, "zh_Hans": 20}
+ICON_MAX_BYTES = 20 * 1024
+ICON_SUFFIXES = (".svg", ".png")
+# what ``runners new`` writes before the plugin's own icon and description exist: the check refuses
+# both as not written yet
+PLACEHOLDER_ICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64" width="64" height="64">'
+    '<rect width="64" height="64" rx="14" fill="#444"/></svg>\n'
+)
+PLACEHOLDER_DESCRIPTIONS = {
+    "en_US": re.compile(r"Use (.+) as the agent behind a LangBot chat\.?"),
+    "zh_Hans": re.compile(r"将\s*(.+?)\s*作为 ?LangBot ?对话背后的智能体。?"),
+}
+_SVG_FORBIDDEN = {"script": "a script", "foreignObject": "a foreignObject",
+                  "text": "text (it depends on the viewer's fonts: draw the glyph as paths or shapes)"}
+
+
+def display_columns(text: str) -> int:
+    """How wide a text is in a list, in Latin columns: a CJK (wide or full-width) character is two."""
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def _yaml_doc(path: Path) -> Any:
+    try:
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+
+
+def _runner_yamls(directory: Path, manifest: dict[str, Any]) -> list[Path]:
+    """The Runner component manifests under the plugin manifest's ``Runner.fromDirs``."""
+    dirs = (((manifest.get("spec") or {}).get("components") or {}).get("Runner") or {}).get("fromDirs") or []
+    found = []
+    for entry in dirs:
+        base = directory / str(entry.get("path", "")) if isinstance(entry, dict) else None
+        if base is None or not base.is_dir():
+            continue
+        for path in sorted([*base.glob("*.yaml"), *base.glob("*.yml")]):
+            doc = _yaml_doc(path)
+            if isinstance(doc, dict) and doc.get("kind") == "Runner":
+                found.append(path)
+    return found
+
+
+def icon_path(directory: Path) -> Path | None:
+    """The icon file the plugin manifest names (None when it names none)."""
+    doc = _yaml_doc(Path(directory) / "manifest.yaml")
+    meta = doc.get("metadata") if isinstance(doc, dict) else None
+    icon = meta.get("icon") if isinstance(meta, dict) else None
+    return Path(directory) / icon.strip() if isinstance(icon, str) and icon.strip() else None
+
+
+def _icon_problems(directory: Path, icon: Any) -> list[str]:
+    if not isinstance(icon, str) or not icon.strip():
+        return ["manifest.yaml: metadata.icon is not set (the plugin list shows no picture): add assets/icon.svg"]
+    rel = icon.strip()
+    path = directory / rel
+    if not path.is_file():
+        return [f"manifest.yaml: metadata.icon {rel!r} does not exist"]
+    if path.suffix.lower() not in ICON_SUFFIXES:
+        return [f"{rel}: the icon is not an SVG or PNG file"]
+    data = path.read_bytes()
+    if len(data) > ICON_MAX_BYTES:
+        return [f"{rel}: the icon is {len(data)} bytes, over {ICON_MAX_BYTES} ({ICON_MAX_BYTES // 1024} KB); a "
+                "simple 64x64 SVG is well under 2 KB"]
+    if data == PLACEHOLDER_ICON.encode():
+        return [f"{rel}: the icon is the grey square `runners new` writes; it is not drawn yet: draw the "
+                "platform's own (a 64x64 SVG, a coloured rounded square with a bold white glyph)"]
+    if path.suffix.lower() == ".png":
+        return [] if data.startswith(b"\x89PNG\r\n\x1a\n") else [f"{rel}: the icon is not a PNG image"]
+    try:
+        root = ElementTree.fromstring(data)
+    except ElementTree.ParseError as exc:
+        return [f"{rel}: the icon is not valid XML ({exc})"]
+    if root.tag.rsplit("}", 1)[-1] != "svg":
+        return [f"{rel}: the icon is not an SVG (its root element is {root.tag!r})"]
+    problems = []
+    for element in root.iter():
+        tag = element.tag.rsplit("}", 1)[-1]
+        if tag in _SVG_FORBIDDEN:
+            problems.append(f"{rel}: the icon contains {_SVG_FORBIDDEN[tag]}")
+        for name, value in element.attrib.items():
+            if name.rsplit("}", 1)[-1] == "href" and not value.startswith("#"):
+                problems.append(f"{rel}: the icon refers to {value!r}; LangBot shows it as an image, which "
+                                "loads nothing else: draw it in the file")
+    return sorted(set(problems))
+
+
+def _i18n(value: Any, locale: str) -> str | None:
+    text = value.get(locale) if isinstance(value, dict) else None
+    return text.strip() if isinstance(text, str) and text.strip() else None
+
+
+def listing_problems(directory: Path) -> list[str]:
+    """What LangBot's plugin list shows of the plugin: an icon of its own (an SVG or PNG, small, not the
+    scaffold's grey square), a real description in both languages (not missing, not a one-line
+    placeholder), a label that fits (at most ``LABEL_MAX_COLUMNS`` columns, a Chinese character
+    counting two) and is the same as every runner component's label. ``duplicate_icons`` compares
+    the icons across plugins."""
+    directory = Path(directory)
+    manifest = _yaml_doc(directory / "manifest.yaml")
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("metadata"), dict):
+        return ["manifest.yaml is missing or has no metadata"]
+    meta = manifest["metadata"]
+    problems = _icon_problems(directory, meta.get("icon"))
+    for locale in LOCALES:
+        text = _i18n(meta.get("description"), locale)
+        if text is None:
+            problems.append(f"manifest.yaml: description {locale} is missing (the plugin list shows it under the "
+                            "name)")
+        elif PLACEHOLDER_DESCRIPTIONS[locale].fullmatch(text):
+            problems.append(f"manifest.yaml: description {locale} is the placeholder `runners new` writes "
+                            f"({text!r}); it is not written yet: say what the plugin binds and what works "
+                            "(streaming, kept conversations, files, tools or approvals)")
+        elif len(text) < DESCRIPTION_MIN_CHARS[locale]:
+            problems.append(f"manifest.yaml: description {locale} {text!r} is {len(text)} characters; write at "
+                            f"least {DESCRIPTION_MIN_CHARS[locale]}: what the plugin binds and what works")
+    labels = {locale: _i18n(meta.get("label"), locale) for locale in LOCALES}
+    for locale, label in labels.items():
+        if label is None:
+            problems.append(f"manifest.yaml: label {locale} is missing")
+        elif (width := display_columns(label)) > LABEL_MAX_COLUMNS:
+            problems.append(f"manifest.yaml: label {locale} {label!r} is {width} columns wide; LangBot's plugin "
+                            f"list cuts it after {LABEL_MAX_COLUMNS} (a Chinese character counts two): shorten it "
+                            "here and in the runner component")
+    for path in _runner_yamls(directory, manifest):
+        rel = path.relative_to(directory).as_posix()
+        doc = _yaml_doc(path)
+        comp_label = (doc.get("metadata") or {}).get("label") if isinstance(doc, dict) else None
+        for locale, label in labels.items():
+            theirs = _i18n(comp_label, locale)
+            if label is not None and theirs != label:
+                problems.append(f"{rel}: label {locale} {theirs!r} is not manifest.yaml's {label!r}; LangBot shows "
+                                "both (plugin list, runner picker): use the same name in both files")
+    return problems
+
+
+def duplicate_icons(directories: list[Path]) -> list[str]:
+    """Plugins whose icons are byte for byte the same file: the plugin list shows them alike."""
+    by_content: dict[bytes, list[str]] = {}
+    for directory in directories:
+        path = icon_path(directory)
+        if path is not None and path.is_file():
+            by_content.setdefault(path.read_bytes(), []).append(f"{Path(directory).name}/"
+                                                                f"{path.relative_to(directory).as_posix()}")
+    return [f"{same[0]} is byte-identical to {', '.join(same[1:])}: the plugin list shows them alike; give each "
+            "plugin its own icon" for same in by_content.values() if len(same) > 1]
 
 
 # --- packaging ---------------------------------------------------------------------------------

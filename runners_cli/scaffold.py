@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import plugins
+from .build import LABEL_MAX_COLUMNS, PLACEHOLDER_ICON
 
 _MANIFEST = """\
 apiVersion: v1
@@ -61,8 +62,8 @@ kind: Runner
 metadata:
   name: default
   label:
-    en_US: {platform}
-    zh_Hans: {platform}
+    en_US: {platform} Agent
+    zh_Hans: {platform} 智能体
   description:
     en_US: Answer with {platform}, streaming as it generates.
     zh_Hans: 使用 {platform} 回答，边生成边流式输出。
@@ -307,10 +308,9 @@ English：LangBot 界面为英文时，插件页显示英文版（`README.md`）
 ## 限制
 """
 
-_ICON = (
-    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64" width="64" height="64">'
-    '<rect width="64" height="64" rx="14" fill="#444"/></svg>\n'
-)
+# the plugin list's picture and description (_MANIFEST) start as placeholders, which the repository
+# check (runners_cli.build.listing_problems) refuses as not written yet
+_ICON = PLACEHOLDER_ICON
 
 # the kit's own imports (runner_kit is vendored into every package), as every plugin declares them
 REQUIREMENTS = (
@@ -560,6 +560,11 @@ def _steps(f: dict[str, str]) -> list[str]:
         f'(faults, stall, think, seen, second_bot, ...), and list it in tests/contract/cases.py '
         f'(PLUGIN_CASE_MODULES: "{d}": "case_{pkg}")',
         f"tests/plugins/test_{pkg}.py: the plugin's own tests (request shape, conversations, errors, config)",
+        f"{d}/manifest.yaml and {d}/assets/icon.svg: what LangBot's plugin list shows: a description in both "
+        "languages in place of the placeholder (what it binds, what works: streaming, kept conversations, files, "
+        "tools), the platform's own icon in place of the grey square (a 64x64 SVG), and a label of at most "
+        f"{LABEL_MAX_COLUMNS} columns, a Chinese character counting two, the same in "
+        f"{d}/components/runner/default.yaml",
         f"bench/entries/{pkg}.py: the benchmark entry (the floor request, how a token looks on the wire)",
         f'tests/e2e/test_plugins_e2e.py: add "{d}" to EXPECTED, and to USAGE if {platform} reports '
         "token usage (tests/test_repo_check.py fails until it is in EXPECTED)",

@@ -9,12 +9,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from packaging.utils import canonicalize_name
 
 from runners_cli.build import (
+    LABEL_MAX_COLUMNS,
+    PLACEHOLDER_ICON,
     README_FILES,
     README_MAX_COLUMNS,
     config_item_problems,
+    display_columns,
+    duplicate_icons,
+    listing_problems,
     markdown_tables,
     mentions,
     parse_requirements,
@@ -309,6 +315,114 @@ def test_readme_checks_catch_the_problems(tmp_path: Path) -> None:
         "README.md:3: the link to 'readme/README_zh_Hans.md' leads to LangBot's 404 page (the plugin page is shown "
         "under LangBot's own route): link to an https:// address or leave the link out"], problems
     assert [p.split(":")[1] for p in problems if "stray space" in p] == ["3", "6"], problems
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_listing_problems_are_none(info: PluginInfo) -> None:
+    # issue 34 items 5 and 7: what LangBot's plugin list shows (icon, label, description)
+    problems = listing_problems(info.directory)
+    assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
+
+
+def test_every_plugin_has_its_own_icon() -> None:
+    # issue 34 item 5: twelve plugins shared one grey square
+    problems = duplicate_icons([p.directory for p in PLUGINS])
+    assert problems == [], "\n".join(problems)
+
+
+_ICON_OK = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 64 64"><rect width="64" height="64" rx="14" '
+            'fill="#0891B2"/><path d="M20 44h24" stroke="#fff" stroke-width="6"/></svg>\n')
+_DESCRIPTION_OK = {"en_US": "Use an Acme app behind a LangBot chat, with streaming answers and kept conversations.",
+                   "zh_Hans": "将 Acme 应用作为 LangBot 对话背后的智能体，支持流式回复与会话保持。"}
+
+
+def _listed_plugin(root: Path, name: str, *, label: dict[str, str] | None = None,
+                   runner_label: dict[str, str] | None = None, description: dict[str, str] | None = None,
+                   icon: str | bytes | None = _ICON_OK, icon_name: str = "assets/icon.svg") -> Path:
+    """A plugin directory with just what the plugin list reads."""
+    label = label or {"en_US": "Acme Agent", "zh_Hans": "Acme 智能体"}
+    directory = root / name
+    (directory / "components" / "runner").mkdir(parents=True)
+    meta: dict[str, object] = {"author": "langbot-team", "name": name, "version": "0.3.0", "label": label,
+                               "description": _DESCRIPTION_OK if description is None else description}
+    if icon is not None:
+        meta["icon"] = icon_name
+        (directory / icon_name).parent.mkdir(parents=True, exist_ok=True)
+        data = icon.encode() if isinstance(icon, str) else icon
+        (directory / icon_name).write_bytes(data)
+    manifest = {"apiVersion": "v1", "kind": "Plugin", "metadata": meta,
+                "spec": {"components": {"Runner": {"fromDirs": [{"path": "components/runner/"}]}}}}
+    runner = {"apiVersion": "langbot/v1", "kind": "Runner",
+              "metadata": {"name": "default", "label": runner_label or label}, "spec": {"usages": ["agent"]}}
+    (directory / "manifest.yaml").write_text(yaml.safe_dump(manifest, allow_unicode=True), encoding="utf-8")
+    (directory / "components" / "runner" / "default.yaml").write_text(yaml.safe_dump(runner, allow_unicode=True),
+                                                                      encoding="utf-8")
+    return directory
+
+
+def test_listing_checks_catch_the_problems(tmp_path: Path) -> None:
+    # columns: a Chinese character is two; 13 fit ("WeKnora Agent"), "Claude Code …" was cut at 1440 px
+    assert LABEL_MAX_COLUMNS == 13
+    assert display_columns("WeKnora Agent") == 13 and display_columns("百炼智能体") == 10
+    assert display_columns("WeKnora 智能体") == 14
+    good = _listed_plugin(tmp_path, "good")
+    assert listing_problems(good) == []
+
+    # what the plugins had: the scaffold's grey square, its one-line description, a long label, and
+    # a runner component that names the plugin differently
+    bad = _listed_plugin(
+        tmp_path, "bad", icon=PLACEHOLDER_ICON,
+        label={"en_US": "Claude Code Agent", "zh_Hans": "Claude Code 智能体"},
+        runner_label={"en_US": "Claude Code", "zh_Hans": "Claude Code 智能体"},
+        description={"en_US": "Use Claude Code as the agent behind a LangBot chat.",
+                     "zh_Hans": "将 Claude Code 作为 LangBot 对话背后的智能体。"},
+    )
+    problems = listing_problems(bad)
+    assert [p.split(":")[0] for p in problems] == [
+        "assets/icon.svg", "manifest.yaml", "manifest.yaml", "manifest.yaml", "manifest.yaml",
+        "components/runner/default.yaml"], problems
+    assert "the grey square `runners new` writes; it is not drawn yet" in problems[0]
+    assert problems[1].startswith("manifest.yaml: description en_US is the placeholder `runners new` writes "
+                                  "('Use Claude Code as the agent behind a LangBot chat.'); it is not written yet")
+    assert problems[2].startswith("manifest.yaml: description zh_Hans is the placeholder")
+    assert problems[3].startswith("manifest.yaml: label en_US 'Claude Code Agent' is 17 columns wide; LangBot's "
+                                  "plugin list cuts it after 13")
+    assert problems[4].startswith("manifest.yaml: label zh_Hans 'Claude Code 智能体' is 18 columns wide")
+    assert problems[5].startswith("components/runner/default.yaml: label en_US 'Claude Code' is not "
+                                  "manifest.yaml's 'Claude Code Agent'")
+
+    # too short or missing descriptions; a real one that says "as the agent behind a LangBot chat" is fine
+    short = _listed_plugin(tmp_path, "short", description={"en_US": "Acme agent.", "zh_Hans": ""})
+    assert listing_problems(short) == [
+        "manifest.yaml: description en_US 'Acme agent.' is 11 characters; write at least 40: what the plugin "
+        "binds and what works",
+        "manifest.yaml: description zh_Hans is missing (the plugin list shows it under the name)"]
+
+    # icons: missing, not SVG/PNG, too large, not what the suffix says, drawn with fonts or other files
+    assert listing_problems(_listed_plugin(tmp_path, "no-icon", icon=None)) == [
+        "manifest.yaml: metadata.icon is not set (the plugin list shows no picture): add assets/icon.svg"]
+    assert listing_problems(_listed_plugin(tmp_path, "jpeg", icon=b"\xff\xd8\xff", icon_name="assets/icon.jpg")) \
+        == ["assets/icon.jpg: the icon is not an SVG or PNG file"]
+    big = _ICON_OK.replace("</svg>", "<!--" + "x" * 21000 + "--></svg>")
+    assert listing_problems(_listed_plugin(tmp_path, "big", icon=big)) == [
+        f"assets/icon.svg: the icon is {len(big)} bytes, over 20480 (20 KB); a simple 64x64 SVG is well under 2 KB"]
+    assert listing_problems(_listed_plugin(tmp_path, "png", icon=b"<svg/>", icon_name="assets/icon.png")) == [
+        "assets/icon.png: the icon is not a PNG image"]
+    assert listing_problems(_listed_plugin(tmp_path, "broken", icon="<svg><rect></svg>"))[0].startswith(
+        "assets/icon.svg: the icon is not valid XML")
+    fonts = _ICON_OK.replace("</svg>", '<text x="8" y="40">A</text><image href="https://x.example/a.png"/>'
+                             '<use href="#a"/></svg>')
+    assert listing_problems(_listed_plugin(tmp_path, "fonts", icon=fonts)) == [
+        "assets/icon.svg: the icon contains text (it depends on the viewer's fonts: draw the glyph as paths or "
+        "shapes)",
+        "assets/icon.svg: the icon refers to 'https://x.example/a.png'; LangBot shows it as an image, which loads "
+        "nothing else: draw it in the file"]
+
+    # across the plugins: the same icon twice is refused, naming both files
+    twin = _listed_plugin(tmp_path, "twin")
+    assert duplicate_icons([good, twin, bad]) == [
+        "good/assets/icon.svg is byte-identical to twin/assets/icon.svg: the plugin list shows them alike; give "
+        "each plugin its own icon"]
 
 
 # --- across the repository ---------------------------------------------------------------------

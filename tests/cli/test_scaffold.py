@@ -6,7 +6,13 @@ from types import ModuleType, SimpleNamespace
 import pytest
 
 from runners_cli.__main__ import main
-from runners_cli.build import README_FILES, parse_requirements, readme_problems, validate_plugin
+from runners_cli.build import (
+    README_FILES,
+    listing_problems,
+    parse_requirements,
+    readme_problems,
+    validate_plugin,
+)
 from runners_cli.host import LocalHost
 from runners_cli.plugins import ROOT, load_plugin
 from runners_cli.scaffold import scaffold
@@ -58,6 +64,24 @@ def test_new_plugin_has_its_page_in_both_languages(tmp_path):
     # both pages exist, name every scaffolded key, keep tables narrow, and share the same sections
     assert readme_problems(path, keys) == []
     assert "Acme" in (path / "readme" / "README_zh_Hans.md").read_text(encoding="utf-8")
+
+
+def test_new_plugin_lists_its_icon_and_description_as_not_written_yet(tmp_path):
+    # LangBot's plugin list shows the icon, label and description: the scaffold's grey square and
+    # one-line description are placeholders the repository check refuses until they are written; the
+    # label fits and is the same in the manifest and the runner component
+    path = _new(tmp_path).directory
+    problems = listing_problems(path)
+    assert [p.split(":")[0] for p in problems] == ["assets/icon.svg", "manifest.yaml", "manifest.yaml"], problems
+    assert all("not drawn yet" in p or "not written yet" in p for p in problems), problems
+    assert "description en_US" in problems[1] and "description zh_Hans" in problems[2]
+    # a platform name too long for the list is named as such
+    long = scaffold("bailian-agent", "BailianAgent", "Alibaba Bailian", root=tmp_path).directory
+    assert [p for p in listing_problems(long) if "label" in p] == [
+        "manifest.yaml: label en_US 'Alibaba Bailian Agent' is 21 columns wide; LangBot's plugin list cuts it "
+        "after 13 (a Chinese character counts two): shorten it here and in the runner component",
+        "manifest.yaml: label zh_Hans 'Alibaba Bailian 智能体' is 22 columns wide; LangBot's plugin list cuts it "
+        "after 13 (a Chinese character counts two): shorten it here and in the runner component"]
 
 
 def test_new_plugin_declares_what_the_vendored_kit_imports(tmp_path):
@@ -165,8 +189,8 @@ def test_runners_new_prints_the_numbered_steps_naming_each_file(tmp_path, capsys
     steps = [line.strip() for line in out.splitlines() if line.strip()[:2].rstrip(".").isdigit()]
     assert [s.split(".", 1)[0] for s in steps] == [str(i) for i in range(1, len(steps) + 1)]
     text = "\n".join(steps)
-    for rel in [*SHARED_FILES, "acme-agent/acme_agent/adapter.py", "tests/e2e/test_plugins_e2e.py",
-                "tests/test_repo_check.py"]:
+    for rel in [*SHARED_FILES, "acme-agent/acme_agent/adapter.py", "acme-agent/manifest.yaml",
+                "acme-agent/assets/icon.svg", "tests/e2e/test_plugins_e2e.py", "tests/test_repo_check.py"]:
         assert rel in text, f"no step names {rel}:\n{out}"
         assert (tmp_path / rel).is_file() or rel in ("tests/e2e/test_plugins_e2e.py", "tests/test_repo_check.py")
     for what in ("EXPECTED", "USAGE", "MIGRATION_KEYS", "REAL_PEERS", "tests/real_peers/"):
