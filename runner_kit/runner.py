@@ -60,10 +60,8 @@ DEFAULT_SESSION_RESET_TEXT_ZH = "（之前的会话无法继续，这条回复�
 def reset_text(config: Mapping[str, Any]) -> str:
     """The new-conversation notice: the owner's ``session-reset-text``, or (blank, or the English
     default an earlier version stored) the built-in one in the run's language."""
-    said = str(config.get("session-reset-text") or "").strip()
-    if said and said != DEFAULT_SESSION_RESET_TEXT:
-        return said
-    return texts.t(DEFAULT_SESSION_RESET_TEXT, DEFAULT_SESSION_RESET_TEXT_ZH)
+    return texts.own_or_builtin(config.get("session-reset-text"), DEFAULT_SESSION_RESET_TEXT,
+                                DEFAULT_SESSION_RESET_TEXT_ZH)
 
 
 def _language(ctx: RunnerContext, platform: str) -> str:

@@ -91,6 +91,15 @@ def t(en: str, zh: str, /, **values: Any) -> str:
     return text.format(**values) if values else text
 
 
+def own_or_builtin(value: object, en: str, zh: str, *former: str) -> str:
+    """An owner's text setting, or — blank, or the English default an earlier version stored (the
+    owner never changed it) — the built-in text in the run's language."""
+    said = str(value or "").strip()
+    if said and said != en and said not in former:
+        return said
+    return t(en, zh)
+
+
 def label(key: str, language: str | None = None) -> str:
     """What the form calls config key ``key`` in ``language`` (the run's by default), quoted as the
     language quotes: “App API key” / 「应用 API 密钥」; the key itself when the form has no label."""

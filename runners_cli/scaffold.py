@@ -145,6 +145,22 @@ spec:
       description:
         en_US: Show a short explanation when a run fails instead of LangBot's generic notice.
         zh_Hans: 运行失败时显示简要原因，而不是 LangBot 的通用提示。
+    - name: chat-language
+      type: select
+      default: auto
+      options:
+        - name: auto
+          label: {{en_US: The person's language, zh_Hans: 跟随提问者的语言}}
+        - name: en_US
+          label: {{en_US: English, zh_Hans: 英文}}
+        - name: zh_Hans
+          label: {{en_US: Chinese, zh_Hans: 中文}}
+      advanced: true
+      show_if: {{field: advanced-settings, operator: eq, value: true}}
+      label: {{en_US: Language of the bot's own notes, zh_Hans: 机器人提示语的语言}}
+      description:
+        en_US: The language of the plugin's own notes in the chat; by default the person's (English or Chinese).
+        zh_Hans: 插件写入聊天的提示语所用的语言；默认跟随提问者（英文或中文）。
     - name: session-reset-notice
       type: boolean
       default: true
@@ -156,11 +172,13 @@ spec:
         zh_Hans: 保存的 {platform} 会话已不存在而开始新会话时，用一行说明。
     - name: session-reset-text
       type: string
-      default: "(The previous conversation could not be continued, so this reply starts a new one.)"
+      default: ""
       advanced: true
       show_if: {{field: advanced-settings, operator: eq, value: true}}
       label: {{en_US: New conversation notice, zh_Hans: 新会话提示语}}
-      description: {{en_US: The line shown then., zh_Hans: 此时显示的提示语。}}
+      description:
+        en_US: The line shown then; empty for the built-in one in the person's language.
+        zh_Hans: 此时显示的提示语；留空则使用内置提示语（跟随提问者的语言）。
 execution:
   python:
     path: ./default.py

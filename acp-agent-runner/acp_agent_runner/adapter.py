@@ -177,7 +177,10 @@ class ACPClient:
 # and a binding starts an agent only when its owner chose one and, for an agent that signs in to a
 # model API with a key, gave it a way to sign in.
 AGENT = "the ACP coding agent"  # how the chat names this runner when it is not set up
-FORMER_DEFAULTS = {"provider": "codex"}  # what 0.3.0 and earlier stored for an untouched binding
+FORMER_DEFAULTS = {  # what 0.3.0 and earlier stored for an untouched binding
+    "provider": "codex",
+    "session-reset-text": "(The previous conversation could not be continued, so this reply starts a new one.)",
+}
 # the presets that sign in to a model API with a key: the agent runs with a private HOME (and
 # CODEX_HOME), so no login of the host's user reaches it
 KEYED = {"codex": "codex-acp", "claude-code": "claude-code-acp", "gemini": "Gemini CLI", "qwen-code": "Qwen Code"}

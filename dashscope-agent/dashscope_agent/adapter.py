@@ -24,6 +24,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
 from runner_kit import events as ev
+from runner_kit import texts
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body
 from runner_kit.inputs import InputFile
@@ -39,6 +40,7 @@ log = get_logger("runner_kit.dashscope")
 
 MAX_JSON_BODY = 16 * 1024 * 1024
 DEFAULT_BASE_PROMPT = "Please look at the attached images or files and answer."
+DEFAULT_BASE_PROMPT_ZH = "请查看附带的图片或文件并回答。"
 _NOT_FINISHED = (None, "", "null")
 _COMPLETION_SUFFIX = re.compile(r"/apps/[^/]+/completion$")
 
@@ -128,7 +130,7 @@ class DashScopeAdapter(Adapter):
                 "nothing in this message can be sent to DashScope: it takes images and files only as http(s) "
                 "links, and these arrived as uploaded data",
             )
-        prompt = text or str(cfg.get("base-prompt") or "").strip() or DEFAULT_BASE_PROMPT
+        prompt = text or texts.own_or_builtin(cfg.get("base-prompt"), DEFAULT_BASE_PROMPT, DEFAULT_BASE_PROMPT_ZH)
         data: dict[str, Any] = {"prompt": prompt}
         if self.env.session.current:
             data["session_id"] = self.env.session.current

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from runner_kit import events as ev
+from runner_kit import texts
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import (
     base_url,
@@ -122,7 +123,8 @@ class TboxAdapter(Adapter):
             path = const.COMPLETION_PATH
         else:
             # Tbox needs a query: a message of files alone is sent with base-prompt
-            body["query"] = text or str(cfg.get("base-prompt") or "").strip() or const.DEFAULT_BASE_PROMPT
+            body["query"] = text or texts.own_or_builtin(cfg.get("base-prompt"), const.DEFAULT_BASE_PROMPT,
+                                                         const.DEFAULT_BASE_PROMPT_ZH)
             body["searchEngine"] = bool(cfg.get("search-engine", False))
             if self.env.session.current:
                 body["conversationId"] = str(self.env.session.current)

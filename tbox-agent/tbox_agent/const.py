@@ -37,3 +37,4 @@ CONVERSATION_KEYS = ("conversationId", "sessionId")
 MAX_FOLLOW_UPS = 5
 REVOKED_TEXT = "(Tbox withdrew this answer after its content review.)"
 DEFAULT_BASE_PROMPT = "Please look at the attached file(s)."
+DEFAULT_BASE_PROMPT_ZH = "请查看附带的文件。"
