@@ -38,6 +38,7 @@ from . import events as ev
 from . import sessions
 from .channel import Channel
 from .logs import get_logger
+from .texts import ZH, current, t
 
 log = get_logger("runner_kit.approvals")
 
@@ -55,6 +56,7 @@ PENDING_SUFFIX = ".pending-question"  # conversation state: the question a parke
 MAX_CHOICES = 20  # a question with up to this many options is asked with one button an option
 ALLOW, ALWAYS, DENY, ANSWER = "allow", "always", "deny", "answer"
 ACTIONS = {ALLOW: "Allow once", ALWAYS: "Allow for this session", DENY: "Deny"}
+ACTIONS_ZH = {ALLOW: "允许一次", ALWAYS: "本次会话内允许", DENY: "拒绝"}
 
 _WORDS: dict[str, tuple[str, ...]] = {
     ALWAYS: ("always", "allow always", "always allow", "allow for session", "allow for this session",
@@ -124,7 +126,14 @@ class Question:
     def session_label(self) -> str | None:
         """The "allow for this session" button, saying what it covers; None when there is none."""
         keys = self.remembers()
-        return cs.label(*keys) if keys else None
+        if not keys:
+            return None
+        if current() == ZH:  # what it covers, in the words the English button uses when they fit
+            said = cs.what(keys)
+            text = f"{ACTIONS_ZH[ALWAYS]}：{said}" if said else ACTIONS_ZH[ALWAYS]
+            if len(text) <= cs.LABEL_LIMIT:
+                return text
+        return cs.label(*keys)
 
 
 def _keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -287,7 +296,7 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
     """The question as one short message, with how to answer it in words."""
     lines = []
     if q.kind == "question":
-        lines.append(f"❓ {agent} asks: {q.title}")
+        lines.append(t("❓ {agent} asks: {title}", "❓ {agent} 提问：{title}", agent=agent, title=q.title))
         if q.detail:
             lines.append(q.detail)
         for i, opt in enumerate(q.options, 1):
@@ -297,7 +306,7 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
             how += " or your own answer"
         lines.append(how + ". / 请回复" + ("编号" if q.options else "你的答案") + "。")
     else:
-        lines.append(f"🔐 {agent} wants to {shown(q.title)}")
+        lines.append(t("🔐 {agent} wants to {title}", "🔐 {agent} 请求许可：{title}", agent=agent, title=shown(q.title)))
         if q.detail:
             lines.append(shown(q.detail))
         covered = cs.what(q.remembers())
@@ -308,7 +317,7 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
             lines.append("Reply allow (once) or deny (a reason may follow); this cannot be allowed for the "
                          "whole session. / 回复 允许 或 拒绝（可附理由）。")
     if who:
-        lines.append(f"(Only {who} can answer.)")
+        lines.append(t("(Only {who} can answer.)", "（只有 {who} 能回答。）", who=who))
     return "\n".join(lines)
 
 
@@ -325,7 +334,8 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
     platform's own (its id, label, type, default) should be kept; by default a textarea ``answer``."""
     request: dict[str, Any] = {
         "interaction_id": q.id,
-        "title": (f"{agent} asks" if q.kind == "question" else f"{agent} asks for permission")[:1000],
+        "title": (t("{agent} asks", "{agent} 提问", agent=agent) if q.kind == "question" else
+                  t("{agent} asks for permission", "{agent} 请求许可", agent=agent))[:1000],
         "description": (shown(q.title) + (f"\n{shown(q.detail)}" if q.detail else "") if q.kind != "question" else
                         q.title + (f"\n{q.detail}" if q.detail else ""))[:10000],
         "fallback_text": question_text(agent, q)[:20000],
@@ -339,17 +349,17 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
 
     if q.kind != "question":
         request["kind"] = "confirmation"
-        request["actions"] = [{"id": ALLOW, "label": ACTIONS[ALLOW], "style": style("primary")}]
+        request["actions"] = [{"id": ALLOW, "label": t(ACTIONS[ALLOW], ACTIONS_ZH[ALLOW]), "style": style("primary")}]
         if (session := q.session_label) is not None:  # says what it covers; none if nothing can be kept
             request["actions"].append({"id": ALWAYS, "label": session, "style": style("default")})
-        request["actions"].append({"id": DENY, "label": ACTIONS[DENY], "style": style("danger")})
+        request["actions"].append({"id": DENY, "label": t(ACTIONS[DENY], ACTIONS_ZH[DENY]), "style": style("danger")})
     elif q.options and len(q.options) <= MAX_CHOICES:
         request["kind"] = "choice"
         request["actions"] = [{"id": f"opt-{i}", "label": opt.label[:200] or opt.value[:200], "style": "default"}
                               for i, opt in enumerate(q.options)]
     else:
         request["kind"] = "form"
-        request["fields"] = [field or {"id": "answer", "label": "Answer", "type": "textarea", "required": True}]
+        request["fields"] = [field or {"id": "answer", "label": t("Answer", "回答"), "type": "textarea", "required": True}]
     return request
 
 
@@ -611,7 +621,7 @@ def _keep_reaction(p: Parked) -> None:
     REACTIONS.pop(p.key, None)
     REACTIONS[p.key] = (time.time(), p.agent, p.question.title, events)
     now = time.time()
-    for key in [k for k, (t, *_rest) in REACTIONS.items() if now - t > REACTIONS_KEEP_FOR]:
+    for key in [k for k, (at, *_rest) in REACTIONS.items() if now - at > REACTIONS_KEEP_FOR]:
         del REACTIONS[key]
     while len(REACTIONS) > REACTIONS_KEPT:
         del REACTIONS[next(iter(REACTIONS))]

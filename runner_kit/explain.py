@@ -94,7 +94,8 @@ def _named(message: str) -> str:
     text = _CONFIG_KEY.sub(config_key, message)
     for key in sorted(labels, key=len, reverse=True):
         name = texts.label(key).replace("\\", "\\\\")  # a replacement template, not a function
-        text = re.sub(rf"(['\"`]){re.escape(key)}\1", name, text)
+        # quoted as a key is (a JSON field is named in double quotes, as JSON names it, and stays)
+        text = re.sub(rf"(['`]){re.escape(key)}\1", name, text)
         if "-" in key:  # a hyphenated key is a key wherever it stands; a plain word may be just a word
             text = re.sub(rf"(?<![\w./-]){re.escape(key)}(?![\w/-])", name, text)
     return text
@@ -102,7 +103,7 @@ def _named(message: str) -> str:
 
 def _detail(message: str) -> str:
     message = _TRACE.sub("", redact_log(message))
-    message = " ".join(_named(message).split()).rstrip(".。")
+    message = " ".join(redact_log(_named(message)).split()).rstrip(".。")  # a label is shown text too
     return message if len(message) <= _LIMIT else message[: _LIMIT - 1] + "…"
 
 

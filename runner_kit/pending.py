@@ -73,6 +73,7 @@ from .identity import PER_PERSON, normalize_source
 from .inputs import UserInput
 from .logs import get_logger
 from .session import session_key
+from .texts import ZH, current, t
 from .wire import as_float
 
 log = get_logger("runner_kit.pending")
@@ -82,6 +83,14 @@ MIN_SHOWN_EXPIRY = 5  # an expiry closer than this is not shown on the buttons
 MAX_KEPT = 10  # messages a shared session keeps while its question is open
 MAX_KEPT_CHARS = 8000  # their text together (the record is one conversation state value)
 MAX_ANSWERED = 10  # answered question ids remembered, so that a replayed click is told so
+
+
+def unreadable(what: str) -> str:
+    return t("(That answer could not be read; {what} is still open.)", "（无法识别这个回答；{what}仍在等待回答。）", what=what)
+
+
+def only_who(who: str, what: str) -> str:
+    return t("(Only {who} can answer {what}.)", "（只有 {who} 能回答{what}。）", who=who, what=what)
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +202,8 @@ class PendingAction:
     def what(self, rec: dict[str, Any]) -> str:
         """The question in words: 'the Dify form “Approve the draft”'."""
         title = str(rec.get("title") or "").strip()
+        if current() == ZH:
+            return f"问题“{title[:120]}”" if title else "这个问题"
         return f"the {self.noun} “{title[:120]}”" if title else f"the {self.noun}"
 
     # --- asking ----------------------------------------------------------------------------------
@@ -256,17 +267,19 @@ class PendingAction:
         kept = self.kept()
         expires = as_float(rec.get("expires_at"))
         if expires is not None and time.time() >= expires:
+            expired = t("({What} expired before it was answered.)", "（{What}在回答前已过期。）", What=What)
             log.info("%s: %s expired without an answer", self.noun, rec["id"])
             if submission is not None and not kept:
-                return Resolution([self.done(), ev.Text(f"({What} expired before it was answered.)")])
+                return Resolution([self.done(), ev.Text(expired)])
             if submission is not None:  # nothing of this run's own to send: what was kept goes now
-                return self._go_on([ev.Text(f"({What} expired before it was answered.)\n\n")], kept, own=False)
-            return self._go_on([ev.Text(f"({What} expired before it was answered; your message was sent as a "
-                                        "new one.)\n\n")], kept)
+                return self._go_on([ev.Text(expired + "\n\n")], kept, own=False)
+            return self._go_on([ev.Text(t("({What} expired before it was answered; your message was sent as a "
+                                          "new one.)", "（{What}在回答前已过期；你的消息已作为新消息发送。）",
+                                          What=What) + "\n\n")], kept)
         if submission is not None:
             answer = read_click(submission)
             if answer is None:
-                return Resolution([ev.Text(f"(That answer could not be read; {what} is still open.)")])
+                return Resolution([ev.Text(unreadable(what))])
         else:
             inp = self.env.input
             answer = read_typed(inp.text) if inp.text and not inp.files else None
@@ -274,15 +287,17 @@ class PendingAction:
         if not gate.may_answer(actor):
             if submission is not None:
                 log.info("%s: %s tried to answer %s; only %s may", self.noun, who, rec["id"], gate.who())
-                return Resolution([ev.Text(f"(Only {gate.who()} can answer {what}.)")])
+                return Resolution([ev.Text(only_who(gate.who(), what))])
             if not self.shared:
                 return Resolution(go_on=True)  # another person's own session: the question is not theirs
             return self._keep(rec, gate, what, kept)
         if answer is None:
             log.info("%s: %s left unanswered by a new message from %s", self.noun, rec["id"], who)
-            return self._go_on([ev.Text(f"({What} was left unanswered; your new message comes next.)\n\n")], kept)
+            return self._go_on([ev.Text(t("({What} was left unanswered; your new message comes next.)",
+                                          "（{What}没有得到回答；接下来处理你的新消息。）", What=What) + "\n\n")], kept)
         if isinstance(answer, Incomplete):
-            return Resolution([ev.Text(f"({What} is still open: {answer.reason}.)")])
+            return Resolution([ev.Text(t("({What} is still open: {why}.)", "（{What}仍在等待回答：{why}。）",
+                                         What=What, why=answer.reason))])
         log.info("%s: %s answered by %s (%s)", self.noun, rec["id"], who,
                  "a click" if submission is not None else "a typed reply")
         self._answering = {"id": rec["id"], "title": str(rec.get("title") or "")[:120], "by": who}
@@ -312,13 +327,13 @@ class PendingAction:
         if not gate.may_answer(actor) or (expires is not None and time.time() >= expires):
             self.key = own
             if not gate.may_answer(actor):
-                return Resolution([ev.Text(f"(Only {gate.who()} can answer {what}.)")])
+                return Resolution([ev.Text(only_who(gate.who(), what))])
             return None
         submission = getattr(self.env.ctx.input, "interaction", None)
         answer = read_click(submission)
         if answer is None:
             self.key = own
-            return Resolution([ev.Text(f"(That answer could not be read; {what} is still open.)")])
+            return Resolution([ev.Text(unreadable(what))])
         self.foreign = True
         self._asker = (_str(rec.get("actor")), _str(rec.get("actor_name")))
         who = actor_name or actor or "someone"
@@ -352,8 +367,9 @@ class PendingAction:
             names = ", ".join(dict.fromkeys(str(r.get("actor_name") or r.get("actor") or "someone") for _, r, _ in fits))
             log.info("%s: %s's typed reply fits the questions of %s: not taken as an answer", self.noun,
                      actor_name or actor, names)
-            return Resolution([ev.Text(f"(That reply fits the open questions of {names}; answer the one you mean "
-                                       "with its button.)")])
+            return Resolution([ev.Text(t("(That reply fits the open questions of {names}; answer the one you mean "
+                                         "with its button.)", "（这个回复适用于 {names} 的多个待回答问题；请用对应问题的"
+                                         "按钮回答你要回答的那个。）", names=names))])
         if not fits:
             self.key = own
             return None
@@ -372,10 +388,12 @@ class PendingAction:
             what = self.what(done)
             by = f" by {done['by']}" if done.get("by") else ""
             log.info("%s: a click for %s, which was already answered%s", self.noun, interaction_id, by)
+            if current() == ZH:
+                return Resolution([ev.Text(f"（{what}已经" + (f"由 {done['by']} " if done.get("by") else "") + "回答了。）")])
             return Resolution([ev.Text(f"({what[:1].upper() + what[1:]} was already answered{by}.)")])
         log.info("%s: a click for %s, which is not waiting", self.noun, interaction_id or "?")
-        return Resolution([ev.Text(f"(That {self.noun} is no longer waiting for an answer. "
-                                   "Send your message again.)")])
+        return Resolution([ev.Text(t("(That {noun} is no longer waiting for an answer. Send your message again.)",
+                                     "（这个问题已不再等待回答。请重新发送你的消息。）", noun=self.noun))])
 
     def _keep(self, rec: dict[str, Any], gate: Gate, what: str, kept: list[dict[str, Any]]) -> Resolution:
         """A shared session's member who may not answer wrote while the question is open: never an
@@ -384,22 +402,26 @@ class PendingAction:
         text = (inp.text or "").strip()
         actor, actor_name = actor_of(self.env.ctx)
         who = gate.who()
-        who = f"one of {who}" if ", " in who else who
+        who = t("one of {who}", "{who} 中的一位", who=who) if ", " in who else who
         if not text:
-            return Resolution([ev.Text(f"(Only {who} can answer {what}; files cannot be kept until then, so send "
-                                       "them again after it is answered.)")])
+            return Resolution([ev.Text(t("(Only {who} can answer {what}; files cannot be kept until then, so send "
+                                         "them again after it is answered.)", "（只有 {who} 能回答{what}；在那之前无法"
+                                         "保留文件，请在回答之后重新发送。）", who=who, what=what))])
         if len(kept) >= MAX_KEPT or sum(len(k["text"]) for k in kept) + len(text) > MAX_KEPT_CHARS:
             log.info("%s: a message from %s not kept: %d are kept already", self.noun, actor_name or actor, len(kept))
-            return Resolution([ev.Text(f"(Only {who} can answer {what}, and as much as can be kept until then is "
-                                       "kept already; send this again after it is answered.)")])
+            return Resolution([ev.Text(t("(Only {who} can answer {what}, and as much as can be kept until then is "
+                                         "kept already; send this again after it is answered.)", "（只有 {who} 能回答"
+                                         "{what}，在那之前能保留的消息已经满了；请在回答之后重新发送。）",
+                                         who=who, what=what))])
         kept = [*kept, {"actor": actor, "name": actor_name or actor or "someone", "text": text,
                         "at": int(time.time())}]
         log.info("%s: kept a message from %s until %s is settled (%d kept)", self.noun, actor_name or actor,
                  rec["id"], len(kept))
-        files = ", without its files" if inp.files else ""
+        files = t(", without its files", "（不含文件）") if inp.files else ""
         return Resolution([self._put({**rec, "kept": kept}),
-                           ev.Text(f"(Your message is kept until {who} answers {what}; it is sent right after"
-                                   f"{files}.)")])
+                           ev.Text(t("(Your message is kept until {who} answers {what}; it is sent right after{files}.)",
+                                     "（你的消息已保留，等 {who} 回答{what}后马上发送{files}。）",
+                                     who=who, what=what, files=files))])
 
     def _go_on(self, notes: list[ev.Event], kept: list[dict[str, Any]], *, own: bool = True) -> Resolution:
         """This run's message goes to the platform (``own``; else only the kept ones) after
@@ -414,8 +436,10 @@ class PendingAction:
             merged = self._merged(kept, own)
             self.env.pending_own_input = self._own_input()  # a retried stream must not merge twice
             self.env.input = merged
-            events.append(ev.Text(f"(Sent together with what {names} wrote while the question was open.)\n\n"
-                                  if own else f"(Now what {names} wrote while it was open:)\n\n"))
+            events.append(ev.Text((t("(Sent together with what {names} wrote while the question was open.)",
+                                     "（与 {names} 在问题等待期间写的内容一起发送。）", names=names) if own else
+                                   t("(Now what {names} wrote while it was open:)", "（下面是 {names} 在问题等待期间写的内容：）",
+                                     names=names)) + "\n\n"))
         return Resolution(events, go_on=True)
 
     async def settle(self, res: Resolution, submitted: AsyncIterator[ev.Event],

@@ -29,6 +29,7 @@ from . import sessions
 from .errors import RunnerError
 from .inputs import UserInput
 from .steering import text_of
+from .texts import join, t
 
 if TYPE_CHECKING:
     from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 BUSY_NOTICE_AFTER = 1.0  # seconds a run waits for its session before it says so in the chat
 BUSY_NOTE = "(An earlier message of this conversation is still being answered; yours comes right after.)"
+BUSY_NOTE_ZH = "（这个对话里之前的一条消息还在回答中；你的消息紧随其后。）"
 PARKED_CHECK = 0.25  # seconds between looks, while a run waits for its session, at whether its agent asks
 
 
@@ -94,7 +96,7 @@ async def take(slot: sessions.Slot | None, env: RunEnv, builder: ResultBuilder, 
                     return
                 if not noticed and time.monotonic() >= notice_at:
                     noticed = True
-                    yield builder.notice_message(BUSY_NOTE)
+                    yield builder.notice_message(t(BUSY_NOTE, BUSY_NOTE_ZH))
                     builder.next_message()
             task.result()
             taken = True
@@ -184,13 +186,28 @@ def answerable_elsewhere(conv: str | None, actor: str | None, text: str, but: st
             and ap.parse_answer(text, replace(p.question, free_text=False)) is not None]
 
 
+def already_answered(by: str | None) -> str:
+    """A click or typed answer for a question someone (``by``, when known) already answered."""
+    if by:
+        return t("(That question was already answered by {by}.)", "（这个问题已经由 {by} 回答了。）", by=by)
+    return t("(That question was already answered.)", "（这个问题已经回答过了。）")
+
+
+def not_waiting() -> str:
+    """A click for a question no agent waits on any more."""
+    return t("(That question is no longer waiting: the agent was restarted or it expired. Send your request again.)",
+             "（这个问题已不再等待回答：智能体已重启或问题已过期。请重新发送你的请求。）")
+
+
 def which_question(gates: list[ap.Gate]) -> str:
     """What an approver is told when a typed answer fits the open questions of several people: an
     "allow" must never go to whichever of them was asked first (another member could have asked
     that one, just before, to catch it)."""
     askers = list(dict.fromkeys(g.asker_name or g.asker or "someone" for g in gates))
-    return (f"(Questions of {' and '.join(askers)} are waiting, so which one that answers cannot be told: "
-            "answer with the question's buttons, or let the person who asked answer.)")
+    return t("(Questions of {who} are waiting, so which one that answers cannot be told: answer with the "
+             "question's buttons, or let the person who asked answer.)",
+             "（{who} 的问题都在等待回答，无法判断你回答的是哪一个：请用问题的按钮回答，或让提问的人回答。）",
+             who=join(askers))
 
 
 def route(ctx: Any, item: Any, platform: str, base: str | None, source: str | None) -> str | None:
@@ -219,8 +236,8 @@ def gone_click(ctx: RunnerContext, env: RunEnv) -> str | None:
         return None  # the recorded question, whose agent is gone: stale_question says so and clears it
     by = ap.ANSWERED.get(clicked)
     if by is not None:
-        return f"(That question was already answered{f' by {by}' if by else ''}.)"
-    return "(That question is no longer waiting: the agent was restarted or it expired. Send your request again.)"
+        return already_answered(by)
+    return not_waiting()
 
 
 def stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[str, bool] | None:
@@ -232,19 +249,21 @@ def stale_question(ctx: RunnerContext, env: RunEnv, inp: UserInput) -> tuple[str
         if submission is not None:
             by = ap.ANSWERED.get(str(getattr(submission, "interaction_id", "")))
             if by is not None:
-                return f"(That question was already answered{f' by {by}' if by else ''}.)", True
-            return "(That question is no longer waiting: the agent was restarted or it expired. " \
-                   "Send your request again.)", True
+                return already_answered(by), True
+            return not_waiting(), True
         return None
     if not isinstance(record, dict):
         record = {}  # stored in another shape (another version): still a question nobody can answer now
-    title = " ".join(str(record.get("title") or "the agent's question").split())[:300]
+    title = " ".join(str(record.get("title") or t("the agent's question", "智能体的问题")).split())[:300]
     try:
         expired = time.time() >= float(record.get("expires_at") or 0)
     except (TypeError, ValueError, OverflowError):
         expired = True
-    why = "nobody answered in time" if expired else "the agent was restarted since"
+    why = t("nobody answered in time", "无人及时回答") if expired else t("the agent was restarted since", "智能体此后已重启")
     q = ap.Question(title=title, kind=str(record.get("kind") or "permission"), free_text=False)
     is_answer = submission is not None or ap.parse_answer(inp.text, q) is not None
-    text = f"(“{title}” is no longer waiting and was denied: {why}.)"
-    return (text[:-1] + " Send your request again.)" if is_answer else text), is_answer
+    if is_answer:
+        return t("(“{title}” is no longer waiting and was denied: {why}. Send your request again.)",
+                 "（“{title}”已不再等待回答，并已被拒绝：{why}。请重新发送你的请求。）", title=title, why=why), True
+    return t("(“{title}” is no longer waiting and was denied: {why}.)", "（“{title}”已不再等待回答，并已被拒绝：{why}。）",
+             title=title, why=why), False

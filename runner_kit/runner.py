@@ -297,6 +297,19 @@ _IDLE = object()
 _STEERED = object()
 INTERRUPTED_NOTE = "(Stopped here to take your next message.)"
 NO_REPLY_TEXT = "(The agent finished this request without a reply.)"
+NO_REPLY_TEXT_ZH = "（智能体完成了这次请求，但没有回复。）"
+
+
+def interrupted_note() -> str:
+    return texts.t(INTERRUPTED_NOTE, "（在此停下，以处理你的下一条消息。）")
+
+
+def only_can_answer(who: str) -> str:
+    return texts.t("(Only {who} can answer the question above.)", "（只有 {who} 能回答上面的问题。）", who=who)
+
+
+def no_longer_waiting() -> str:
+    return texts.t("(That question is no longer waiting.)", "（这个问题已不再等待回答。）")
 
 
 class _Ask:
@@ -359,7 +372,9 @@ async def drive(
     usage = UsageTotals()
     redact = Redactor()
     token = bind_redactor(redact)
-    spoken = texts.bind(_language(ctx, adapter_cls.platform), schema.labels())
+    spoken = texts.bind(_language(ctx, adapter_cls.platform), schema.labels(),
+                        fixed=str((ctx.config or {}).get("chat-language") or "") in texts.SETTINGS
+                        if isinstance(getattr(ctx, "config", None), Mapping) else False)
     env: RunEnv | None = None
     config: Config | None = None
     log = get_logger("runner_kit.run")
@@ -478,7 +493,7 @@ async def drive(
                         found = routing.find_parked(ctx, platform, slot, inp)
                         waiting = found if isinstance(found, ap.Parked) else None
                         if waiting is None:
-                            gone = found if isinstance(found, str) else "(That question is no longer waiting.)"
+                            gone = found if isinstance(found, str) else no_longer_waiting()
                 if gone is not None:  # a click for a question nobody waits on: one line, nothing started
                     yield builder.notice_message(gone)
                     builder.next_message()
@@ -525,8 +540,7 @@ async def drive(
                 if attach.hold and waiting.slot is not None:  # kept for the session's next turn
                     if not waiting.slot.keep(sessions.Held(ap.actor_of(ctx)[1] or "someone", inp,
                                                            actor=ap.actor_of(ctx)[0])):
-                        attach.notice = sessions.HELD_FULL.format(agent=waiting.agent, who=waiting.gate.who(),
-                                                                  n=sessions.HELD_MAX)
+                        attach.notice = sessions.held_full(waiting.agent, waiting.gate.who())
                 for r in attach.results(builder):
                     yield r
                 if attach.resumed:
@@ -579,8 +593,10 @@ async def drive(
                             else:
                                 left.append(kept_input.text)
                         if names:
-                            yield builder.notice_message(f"({', '.join(names)}: your message is kept and goes to "
-                                                         f"{pump.parked.agent} right after the question above.)")
+                            yield builder.notice_message(texts.t(
+                                "({who}: your message is kept and goes to {agent} right after the question above.)",
+                                "（{who}：你的消息已保留，会在上面的问题之后交给 {agent}。）",
+                                who=", ".join(names), agent=pump.parked.agent))
                             builder.next_message()
                         if left:
                             yield builder.notice_message(unanswered_note(left))
@@ -593,13 +609,13 @@ async def drive(
                             steer.others.clear()
                             break
                         continue
-                    final = builder.final_message(note=INTERRUPTED_NOTE if pump.interrupted else None)
+                    final = builder.final_message(note=interrupted_note() if pump.interrupted else None)
                     if final is None and pump.interrupted:
-                        final = builder.notice_message(INTERRUPTED_NOTE)
+                        final = builder.notice_message(interrupted_note())
                     if final is None and not builder.no_reply and not builder.messages_sent:
                         if index == 0 and env.ctx is ctx:  # the run's own message got nothing
                             raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
-                        final = builder.notice_message(NO_REPLY_TEXT)
+                        final = builder.notice_message(texts.t(NO_REPLY_TEXT, NO_REPLY_TEXT_ZH))
                     if final is not None:
                         yield final  # each turn is its own reply in the chat
                 steer.turn_done()
@@ -700,12 +716,15 @@ async def drive(
                         if kept:
                             per_person = normalize_source(source) in PER_PERSON
                             yield builder.notice_message(
-                                sessions.HELD_FULL.format(agent=agent_name, who=asked_by, n=sessions.HELD_MAX)
-                                if not all(kept) else
-                                f"({', '.join(kept_names)}'s own session is waiting for an answer to a question; the message "
-                                "is kept and goes to it right after.)" if per_person else
-                                f"({', '.join(kept_names)}: {agent_name} is waiting for {asked_by} to answer a question; "
-                                "your message is kept and goes to it right after.)")
+                                sessions.held_full(agent_name, asked_by) if not all(kept) else
+                                texts.t("({who}'s own session is waiting for an answer to a question; the message is "
+                                        "kept and goes to it right after.)",
+                                        "（{who} 自己的会话正在等待一个问题的回答；这条消息已保留，之后马上交给它。）",
+                                        who=", ".join(kept_names)) if per_person else
+                                texts.t("({who}: {agent} is waiting for {asked} to answer a question; your message is "
+                                        "kept and goes to it right after.)",
+                                        "（{who}：{agent} 正在等待 {asked} 回答一个问题；你的消息已保留，之后马上交给它。）",
+                                        who=", ".join(kept_names), agent=agent_name, asked=asked_by))
                             builder.next_message()
                         if session_adapter is None:
                             builder = _builder(ctx, config, multi_turn=True, slot=other)
@@ -716,14 +735,16 @@ async def drive(
                         steer.others.setdefault(own_key(item), []).append(item)  # type: ignore[arg-type]
                     if not steer.pending:
                         continue
-                    who = ap.actor_of(steer.pending[0])[1] or "someone"
+                    who = ap.actor_of(steer.pending[0])[1] or texts.t("someone", "有人")
                     live = adapter_cls(env)
                     session_adapter = live
                     index = -1  # the batch below is this session's first turn (index 0)
                     if key != (slot.key if slot is not None else None):
                         missed = sessions.missed(key)
-                        yield builder.notice_message(f"({who}, your message is answered next, in your own session.)"
-                                                     + (f"\n{missed}" if missed else ""))
+                        with texts.to(text_of(steer.pending[0])):
+                            said = texts.t("({who}, your message is answered next, in your own session.)",
+                                           "（{who}，接下来在你自己的会话中回答你的消息。）", who=who)
+                        yield builder.notice_message(said + (f"\n{missed}" if missed else ""))
                     builder = _builder(ctx, config, multi_turn=True, slot=other)
                 env.budget()
                 batch = steer.take()
@@ -742,8 +763,9 @@ async def drive(
                 if turn_input.empty:
                     why = "; ".join(turn_input.skipped)
                     yield builder.notice_message(
-                        "(That message had nothing the agent could read" + (f": {why}" if why else "") + ".)"
-                    )
+                        texts.t("(That message had nothing the agent could read: {why}.)", "（这条消息里没有智能体能读取的内容：{why}。）",
+                                why=why) if why else
+                        texts.t("(That message had nothing the agent could read.)", "（这条消息里没有智能体能读取的内容。）"))
                     turn_input = None
             yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
         except RunnerError as exc:
@@ -831,8 +853,10 @@ def _reaction(got: tuple[str, str, list[Any]] | None, ctx: RunnerContext, config
         return []
     agent, title, events = got
     rb = _builder(ctx, config, multi_turn=True, slot=slot)
-    head = said or f"(Nobody answered “{' '.join(title.split())[:120]}” in time, so {agent} was told no.)"
-    rb.set_preamble(f"{head}\n(What {agent} did then:)")
+    head = said or texts.t("(Nobody answered “{title}” in time, so {agent} was told no.)",
+                           "（无人及时回答“{title}”，因此已告知 {agent}：不允许。）",
+                           title=" ".join(title.split())[:120], agent=agent)
+    rb.set_preamble(head + "\n" + texts.t("(What {agent} did then:)", "（{agent} 随后的处理：）", agent=agent))
     out: list[RunnerResult] = []
     for item in events:
         out += _translate(item, env, rb, usage)
@@ -1138,32 +1162,36 @@ def _attach(p: ap.Parked, ctx: RunnerContext, env: RunEnv, inp: UserInput) -> _A
     if submission is not None:
         if submission.interaction_id != q.id:
             ap.put_back(p)
-            a.notice = "(That question is no longer waiting.)"
+            a.notice = no_longer_waiting()
             return a
         d = ap.from_submission(submission, q)
         if d is None:
             ap.put_back(p)
-            a.notice = "(That answer could not be read; the question is still open.)"
+            a.notice = texts.t("(That answer could not be read; the question is still open.)",
+                               "（无法识别这个回答；问题仍在等待回答。）")
             return a
     else:
         d = ap.parse_answer(inp.text, q) if not inp.files else None
     if not p.gate.may_answer(actor):
         ap.put_back(p)
         if submission is not None:
-            a.notice = f"(Only {p.gate.who()} can answer the question above.)"
+            a.notice = only_can_answer(p.gate.who())
             return a
         # someone else of a shared session: their message is theirs, not an answer; it is kept and
         # goes to the agent, with their name, once the question is settled
         a.hold = True
-        a.notice = (f"(Only {p.gate.who()} can answer the question above; your message is kept and goes to "
-                    f"{p.agent} right after it.)" if d is not None else
-                    f"({p.agent} is waiting for {p.gate.who()} to answer a question; your message is kept and "
-                    "goes to it right after.)")
+        a.notice = (texts.t("(Only {who} can answer the question above; your message is kept and goes to {agent} "
+                            "right after it.)", "（只有 {who} 能回答上面的问题；你的消息已保留，之后马上交给 {agent}。）",
+                            who=p.gate.who(), agent=p.agent) if d is not None else
+                    texts.t("({agent} is waiting for {who} to answer a question; your message is kept and goes to it "
+                            "right after.)", "（{agent} 正在等待 {who} 回答一个问题；你的消息已保留，之后马上交给它。）",
+                            who=p.gate.who(), agent=p.agent))
         return a
     if d is None:
         d = ap.Decision(allow=False, reason="the user sent a new message instead of answering")
         a.next_input = inp
-        a.notice = f"(The question was not answered, so {p.agent} was told no; your new message comes next.)"
+        a.notice = texts.t("(The question was not answered, so {agent} was told no; your new message comes next.)",
+                           "（问题没有得到回答，因此已告知 {agent}：不允许；接下来处理你的新消息。）", agent=p.agent)
     d.by = name
     a.decision = d
     a.resumed = True
@@ -1199,7 +1227,8 @@ def _answered(env: RunEnv, builder: ResultBuilder, agent: str, q: ap.Question, d
     ap.answered(q.id, None if d.timed_out else (d.by or ""))
     if d.timed_out:
         minutes = ap.approval_timeout(env.config) / 60
-        said = f"(No answer within {minutes:g} min: {agent} was told no to “{q.title}”.)"
+        said = texts.t("(No answer within {m} min: {agent} was told no to “{title}”.)",
+                       "（{m} 分钟内没有回答：已告知 {agent} 不允许“{title}”。）", m=f"{minutes:g}", agent=agent, title=q.title)
         logged = f"question {q.id} ({q.title}) timed out: denied"
     elif q.kind == "question":
         said = ""
@@ -1285,7 +1314,8 @@ async def _asking(
     yield builder.state(env.pending_key, {"id": q.id, "title": q.title, "kind": q.kind, "agent": agent,
                                           "asked_at": int(time.time()), "expires_at": int(expires)})
     if caps is None and steer is not None and steer.enabled:
-        yield builder.notice_message("(The question stays open: answer it with your next message.)")
+        yield builder.notice_message(texts.t("(The question stays open: answer it with your next message.)",
+                                             "（问题仍在等待回答：请用你的下一条消息回答。）"))
         builder.next_message()
 
 
@@ -1327,12 +1357,17 @@ async def _typed_wait(
                     continue
                 if d is not None:
                     yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
-                    said = f"(Only {gate.who()} can answer the question above; your message comes after it.)"
+                    said = texts.t("(Only {who} can answer the question above; your message comes after it.)",
+                                   "（只有 {who} 能回答上面的问题；你的消息会在它之后处理。）", who=gate.who())
                 elif mine:
-                    said = "(Still waiting for an answer to the question above; your message comes next.)"
+                    said = texts.t("(Still waiting for an answer to the question above; your message comes next.)",
+                                   "（仍在等待上面问题的回答；接下来处理你的消息。）")
                 else:
-                    said = (f"({actor_name}: your message is answered after this, in your own session.)"
-                            if actor_name else "(That message is answered after this, in its sender's own session.)")
+                    with texts.to(text_of(follow)):
+                        said = (texts.t("({who}: your message is answered after this, in your own session.)",
+                                        "（{who}：你的消息会在这之后，在你自己的会话中回答。）", who=actor_name)
+                                if actor_name else texts.t("(That message is answered after this, in its sender's "
+                                                           "own session.)", "（这条消息会在这之后，在发送者自己的会话中回答。）"))
                 yield builder.notice_message(said)
                 builder.next_message()
                 continue

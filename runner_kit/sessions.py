@@ -34,10 +34,17 @@ from .identity import PER_PERSON, normalize_source, upstream_user
 from .inputs import UserInput
 from .logs import get_logger
 from .session import session_key
+from .texts import t
 
 log = get_logger("runner_kit.sessions")
 HELD_FULL = ("({agent} is waiting for {who} to answer a question, and no more can be kept for it now; "
              "please send this again after.)")
+HELD_FULL_ZH = "（{agent} 正在等待 {who} 回答一个问题，暂时无法再保留更多消息；请在那之后重新发送。）"
+
+
+def held_full(agent: str, who: str) -> str:
+    """What a member is told when their message cannot be kept for after someone else's question."""
+    return t(HELD_FULL, HELD_FULL_ZH, agent=agent, who=who)
 
 
 @dataclass(slots=True)
@@ -169,6 +176,7 @@ MISSED: dict[str, list[str]] = {}  # session key -> kept messages sweep() forgot
 MISSED_KEPT = 1000  # sessions remembered so (the oldest first forgotten)
 MISSED_NOTE = ("(Kept while a question was open, then forgotten when nobody wrote here for a long time, so never "
                "passed on: {what}. Please send again if it still matters.)")
+MISSED_NOTE_ZH = "（以下消息在问题等待回答时被保留，之后因为这里很久没人发言而被遗忘，没有转交：{what}。如仍需要，请重新发送。）"
 
 
 def _missed(key: str, held: list[Held]) -> None:
@@ -187,8 +195,9 @@ def missed(key: str | None) -> str | None:
     texts = MISSED.pop(key, None) if key is not None else None
     if not texts:
         return None
-    what = "; ".join(f"“{t}”" for t in texts[:3]) + (f" and {len(texts) - 3} more" if len(texts) > 3 else "")
-    return MISSED_NOTE.format(what=what)
+    what = "; ".join(f"“{x}”" for x in texts[:3]) + (
+        t(" and {n} more", " 等另外 {n} 条", n=len(texts) - 3) if len(texts) > 3 else "")
+    return t(MISSED_NOTE, MISSED_NOTE_ZH, what=what)
 
 
 def enter(key: str | None) -> Slot | None:

@@ -18,6 +18,8 @@ from . import sessions
 from .errors import RunnerError
 from .inputs import DEFAULT_MAX_BYTES, InputFile, UserInput, collect_input
 from .logs import get_logger
+from .texts import ZH
+from .texts import current as texts_lang
 
 log = get_logger("runner_kit.steering")
 
@@ -202,8 +204,10 @@ async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAUL
 
 def unanswered_note(texts: list[str]) -> str:
     """One line telling the chat which follow-ups this run could not answer."""
-    shown = [t if len(t) <= 60 else t[:57] + "…" for t in texts if t]
-    what = "; ".join(f"“{t}”" for t in shown[:3]) + (" …" if len(shown) > 3 else "")
+    shown = [x if len(x) <= 60 else x[:57] + "…" for x in texts if x]
+    what = "; ".join(f"“{x}”" for x in shown[:3]) + (" …" if len(shown) > 3 else "")
     n = len(texts)
+    if texts_lang() == ZH:
+        return f"（有 {n} 条追问因本次运行已结束而未得到回答" + (f"：{what}" if what else "") + "。请重新发送。）"
     head = f"({n} follow-up message{'s' if n != 1 else ''} not answered because the run ended"
     return f"{head}: {what}. Please send again.)" if what else f"{head}. Please send again.)"

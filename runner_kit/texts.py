@@ -14,10 +14,11 @@ words the owner sees in LangBot's AI settings, not the YAML key.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import re
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -32,6 +33,7 @@ _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
 _URLISH = re.compile(r"\S+://\S+|\S+@\S+|`[^`]*`")
 
 _language: contextvars.ContextVar[str] = contextvars.ContextVar("runner_kit_chat_language", default=EN)
+_fixed: contextvars.ContextVar[bool] = contextvars.ContextVar("runner_kit_chat_language_fixed", default=False)
 _NO_LABELS: Mapping[str, Mapping[str, str]] = MappingProxyType({})
 _labels: contextvars.ContextVar[Mapping[str, Mapping[str, str]]] = contextvars.ContextVar(
     "runner_kit_config_labels", default=_NO_LABELS)
@@ -70,15 +72,38 @@ def choose(setting: object, text: object, conversation: str | None = None) -> st
     return found or EN
 
 
-def bind(language: str, labels: Mapping[str, Mapping[str, str]] | None = None) -> tuple[Any, Any]:
-    """Use ``language`` (and the form's ``labels``: key -> locale -> text) for this run; undo with
-    :func:`unbind`."""
-    return _language.set(language if language in (EN, ZH) else EN), _labels.set(labels or _NO_LABELS)
+def forget() -> None:
+    """Forget the languages conversations last wrote in (tests)."""
+    _LAST.clear()
 
 
-def unbind(tokens: tuple[Any, Any]) -> None:
+def bind(language: str, labels: Mapping[str, Mapping[str, str]] | None = None, *,
+         fixed: bool = False) -> tuple[Any, Any, Any]:
+    """Use ``language`` (and the form's ``labels``: key -> locale -> text) for this run (``fixed``:
+    the owner chose it, so a note to another member keeps it too); undo with :func:`unbind`."""
+    return (_language.set(language if language in (EN, ZH) else EN), _labels.set(labels or _NO_LABELS),
+            _fixed.set(fixed))
+
+
+def unbind(tokens: tuple[Any, Any, Any]) -> None:
     _language.reset(tokens[0])
     _labels.reset(tokens[1])
+    _fixed.reset(tokens[2])
+
+
+@contextlib.contextmanager
+def to(text: object) -> Iterator[None]:
+    """Within: notes addressed to whoever wrote ``text`` (another member's follow-up inside this
+    run) in their language, unless the owner fixed one or ``text`` says nothing."""
+    found = None if _fixed.get() else language_of(text)
+    if found is None:
+        yield
+        return
+    token = _language.set(found)
+    try:
+        yield
+    finally:
+        _language.reset(token)
 
 
 def current() -> str:

@@ -53,12 +53,12 @@ def configured(raw: Any) -> list[dict[str, Any]]:
         kind = str(spec.get("type") or ("http" if spec.get("url") else "stdio"))
         if kind in ("http", "sse"):
             if not spec.get("url"):
-                raise RunnerError("config.invalid", f"`mcp-servers` entry {name!r} needs a `url`")
+                raise RunnerError("config.invalid", f"`mcp-servers` entry {name!r} needs a \"url\"")
             out.append({"type": kind, "name": name, "url": str(spec["url"]),
                         "headers": _pairs(spec.get("headers"), "headers")})
         else:
             if not spec.get("command"):
-                raise RunnerError("config.invalid", f"`mcp-servers` entry {name!r} needs a `command`")
+                raise RunnerError("config.invalid", f"`mcp-servers` entry {name!r} needs a \"command\"")
             args = spec.get("args") or []
             out.append({"name": name, "command": str(spec["command"]), "args": [str(a) for a in args],
                         "env": _pairs(spec.get("env"), "env")})
