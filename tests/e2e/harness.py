@@ -881,7 +881,7 @@ def is_host_notice(text: str | None) -> bool:
     return (text or "").strip() in HOST_FAILURE_NOTICES
 
 
-INCOMPLETE_WORDS = re.compile(r"incomplete|unfinished|not finished|cut off|interrupted", re.IGNORECASE)
+INCOMPLETE_WORDS = re.compile(r"incomplete|unfinished|not finished|cut off|interrupted|不完整", re.IGNORECASE)
 
 
 def assert_chat_ends_with_own_text(chat: Chat) -> str:

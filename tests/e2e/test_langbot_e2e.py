@@ -33,6 +33,7 @@ import pytest
 from runners_cli.plugins import PluginInfo, find, load_plugin
 from tests.e2e.harness import (
     Host,
+    assert_chat_ends_with_own_text,
     assert_failure_explained,
     assert_partial_answer_kept,
     frame_text,
@@ -44,6 +45,7 @@ from tests.e2e.harness import (
     working_in,
     ws_chat,
     ws_conversation,
+    ws_turns,
 )
 from tests.fakes.dify import FakeDify
 
@@ -178,6 +180,46 @@ def test_a_run_that_reaches_its_time_limit_keeps_its_partial_answer_after_the_ho
         dify.stop_delay = 0.0
 
 
+def form_label(key: str, locale: str) -> str:
+    """What the runner form (as LangBot renders it from the YAML) calls ``key``."""
+    (item,) = [i for i in PLUGIN.config_items if i["name"] == key]
+    return str(item["label"][locale])
+
+
+def test_a_person_writing_chinese_reads_the_plugins_own_words_in_chinese(host: Host, dify: FakeDify) -> None:
+    """Issue 34 item 2, through LangBot's websocket chat: a failure explained, a cut-off answer's note
+    and the new-conversation notice, each in Chinese for a Chinese message (the setting named by the
+    form's Chinese label); the same pipeline answers an English message in English."""
+    nokey = host.create_pipeline(f"e2e-zh-nokey-{uuid.uuid4().hex[:6]}", dify_config(dify, **{"api-key": ""}),
+                                 RUNNER_ID)
+    chat = ws_chat(host, nokey, "你好，请介绍一下你自己")
+    assert_failure_explained(chat, must_name=form_label("api-key", "zh_Hans"))
+    content = chat.last_shown()["content"]
+    assert "设置" in content and "settings" not in content and "api-key" not in content, content
+    english = ws_chat(host, nokey, "hello, who are you?")
+    assert_failure_explained(english, must_name=form_label("api-key", "en_US"))
+    assert "settings" in english.last_shown()["content"]
+
+    # a new conversation because Dify lost the stored one: the notice before the answer
+    pipeline = host.create_pipeline(f"e2e-zh-{uuid.uuid4().hex[:6]}", dify_config(dify), RUNNER_ID)
+    first, second = ws_turns(host, pipeline, ["你好", "我们继续刚才的话题"],
+                             between=lambda _i: dify.forget_conversations())
+    assert_chat_ends_with_own_text(first)
+    shown = assert_chat_ends_with_own_text(second)
+    assert shown.startswith("（之前的会话无法继续，这条回复开始了一段新的会话。）"), shown
+
+    # a stalled answer cut off by idle-timeout: the note after the partial answer
+    dify.fault = "stall"
+    try:
+        stalled = host.create_pipeline(f"e2e-zh-stall-{uuid.uuid4().hex[:6]}", dify_config(
+            dify, timeout=6, **{"advanced-settings": True, "idle-timeout": 2}), RUNNER_ID)
+        chat = ws_chat(host, stalled, "请写一段总结")
+    finally:
+        dify.fault = None
+    assert_partial_answer_kept(chat, streamed=dify.answer_tokens[0])
+    assert "（此回答不完整" in chat.last_shown()["content"]
+
+
 def _eventually(check: Any, seconds: float = 5.0) -> bool:
     end = time.monotonic() + seconds
     while time.monotonic() < end:
@@ -194,7 +236,8 @@ def test_pipeline_chat_explains_a_missing_api_key(host: Host, dify: FakeDify, st
                                     RUNNER_ID)
     chat = ws_chat(host, pipeline, "hello", stream=stream)
 
-    assert_failure_explained(chat, must_name="api-key")
+    assert_failure_explained(chat, must_name=form_label("api-key", "en_US"))
+    assert "api-key" not in chat.last_shown()["content"], "the chat names the setting as the form does"
     assert not dify.find_requests("POST", "/v1/chat-messages"), "a run without an api-key still called Dify"
 
     failure = recorded_failure(host, host.finished_run(chat.conversation_id))
