@@ -474,7 +474,8 @@ class PendingAction:
 
     def kept_note(self, kept: list[dict[str, Any]]) -> str:
         """The line before the reply to the kept messages."""
-        return f"\n\n(Now what {_names(kept)} wrote while the question was open:)\n\n"
+        return "\n\n" + t("(Now what {names} wrote while the question was open:)",
+                          "（下面是 {names} 在问题等待期间写的内容：）", names=_names(kept)) + "\n\n"
 
     def _own_input(self) -> Any:
         """This run's own message (before kept messages were merged into ``env.input``)."""

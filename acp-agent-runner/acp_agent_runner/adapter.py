@@ -60,6 +60,7 @@ from runner_kit.logs import get_logger
 from runner_kit.process import AgentProcess, child_env, private_home, save_attachment, workspace_dir
 from runner_kit.runner import Adapter
 from runner_kit.secret_proxy import SecretProxy
+from runner_kit.texts import t
 from runner_kit.wire import json_object
 
 from . import const, policy, providers
@@ -719,5 +720,6 @@ def _plan(entries: list[Any]) -> list[ev.Event]:
     current = next((e for e in entries if e.status == "in_progress"), None) or next(
         (e for e in entries if e.status == "pending"), None)
     if current is None:
-        return [ev.Progress(f"Plan: all {len(entries)} steps done")]
-    return [ev.Progress(f"Plan {done + 1}/{len(entries)}: {current.content.strip()[:120]}")]
+        return [ev.Progress(t("Plan: all {n} steps done", "计划：{n} 个步骤已全部完成", n=len(entries)))]
+    return [ev.Progress(t("Plan {i}/{n}: {step}", "计划 {i}/{n}：{step}", i=done + 1, n=len(entries),
+                          step=current.content.strip()[:120]))]

@@ -26,6 +26,7 @@ from typing import Any
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing, platform_error, status_to_code
+from runner_kit.texts import t
 from runner_kit.usage import usage_from
 
 from . import const
@@ -171,7 +172,8 @@ class TurnReader:
             return [ev.SessionId(self.session_id)] if self.session_id else []
         if sub == "api_retry":
             what = obj.get("error_status") or obj.get("error") or "error"
-            return [ev.Progress(f"Retrying the model API ({what}), attempt {obj.get('attempt')}")]
+            return [ev.Progress(t("Retrying the model API ({what}), attempt {n}", "正在重试模型 API（{what}），第 {n} 次",
+                                  what=what, n=obj.get("attempt")))]
         return []
 
     def _event(self, event: dict[str, Any]) -> list[ev.Event]:

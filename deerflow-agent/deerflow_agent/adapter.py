@@ -51,6 +51,7 @@ from runner_kit.logs import get_logger
 from runner_kit.pending import PendingAction
 from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter
 from runner_kit.streams import SSEEvent, iter_sse
+from runner_kit.texts import t
 from runner_kit.usage import usage_from
 from runner_kit.wire import maybe_json, read_json_answer, tool_input
 
@@ -310,9 +311,9 @@ class DeerFlowAdapter(Adapter):
         server answers it with the thread's values unchanged)."""
         ids = [str(i) for i in record.get("interrupts") or []]
         if record.get("thread_id") and record["thread_id"] != thread_id:
-            return None, "its thread is gone"
+            return None, t("its thread is gone", "它所在的线程已不存在")
         waiting = await self._waiting(thread_id)
-        elsewhere = "it was answered elsewhere (in DeerFlow itself?)"
+        elsewhere = t("it was answered elsewhere (in DeerFlow itself?)", "它已在别处得到回答（也许是在 DeerFlow 中？）")
         if waiting is None:
             return ids, ""
         if isinstance(waiting, bool):
@@ -347,8 +348,9 @@ class DeerFlowAdapter(Adapter):
                 log.info("%s: %s no longer waits (%s); the reply goes as a new message", self.platform,
                          res.record["id"], why)
                 yield self.pending.gone()
-                yield ev.Text(f"({what[:1].upper() + what[1:]} no longer waits for an answer: {why}; your reply "
-                              "was sent as a new message.)\n\n")
+                yield ev.Text(t("({What} no longer waits for an answer: {why}; your reply was sent as a new message.)",
+                                "（{What}已不再等待回答：{why}；你的回复已作为新消息发送。）",
+                                What=what[:1].upper() + what[1:], why=why) + "\n\n")
                 if kept:
                     yield self.pending.kept_sent()
                     self.env.input = self.pending.with_kept(kept)
@@ -372,11 +374,12 @@ class DeerFlowAdapter(Adapter):
         body, skipped = await self._body(resume)
         note: list[ev.Event] = []
         if skipped:
-            why = ("only images can be passed to this server" if self.prefix not in
-                   (const.NGINX_PREFIX, const.GATEWAY_PREFIX) else "they were only links")
+            why = (t("only images can be passed to this server", "这个服务器只能接收图片") if self.prefix not in
+                   (const.NGINX_PREFIX, const.GATEWAY_PREFIX) else t("they were only links", "它们只是链接"))
             names = ", ".join(repr(n) for n in skipped)
             note = [ev.Log(f"files not sent to {self.platform}: {names} ({why})", "warning"),
-                    ev.Text(f"(Not sent to {self.platform}: {names}; {why}.)\n\n")]
+                    ev.Text(t("(Not sent to {p}: {names}; {why}.)", "（未发送给 {p}：{names}；{why}。）",
+                              p=self.platform, names=names, why=why) + "\n\n")]
 
         def on_error(status: int, raw: bytes, ctype: str) -> Exception:
             if thread_missing(status, raw):
