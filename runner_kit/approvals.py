@@ -60,7 +60,7 @@ ACTIONS_ZH = {ALLOW: "允许一次", ALWAYS: "本次会话内允许", DENY: "拒
 
 _WORDS: dict[str, tuple[str, ...]] = {
     ALWAYS: ("always", "allow always", "always allow", "allow for session", "allow for this session",
-             "总是允许", "始终允许", "一直允许", "本次会话允许", "总是", "始终"),
+             "总是允许", "始终允许", "一直允许", "本次会话允许", "本次会话内允许", "会话内允许", "总是", "始终"),
     ALLOW: ("allow", "allow once", "allowed", "yes", "y", "yep", "yeah", "ok", "okay", "sure", "approve",
             "approved", "go ahead", "go for it", "do it", "proceed", "continue", "lgtm",
             "允许", "同意", "批准", "可以", "好", "好的", "是", "是的", "允许一次", "行", "继续", "执行", "确认"),
@@ -128,12 +128,7 @@ class Question:
         keys = self.remembers()
         if not keys:
             return None
-        if current() == ZH:  # what it covers, in the words the English button uses when they fit
-            said = cs.what(keys)
-            text = f"{ACTIONS_ZH[ALWAYS]}：{said}" if said else ACTIONS_ZH[ALWAYS]
-            if len(text) <= cs.LABEL_LIMIT:
-                return text
-        return cs.label(*keys)
+        return cs.label_zh(*keys) if current() == ZH else cs.label(*keys)
 
 
 def _keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -312,7 +307,7 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
         covered = cs.what(q.remembers())
         if covered is not None:
             lines.append(f"Reply allow (once), always (allow {covered} for this session) or deny (a reason "
-                         "may follow). / 回复 允许、总是允许（本次会话内）或 拒绝（可附理由）。")
+                         f"may follow). / 回复 允许、总是允许（本次会话内允许{cs.what_zh(q.remembers())}）或 拒绝（可附理由）。")
         else:
             lines.append("Reply allow (once) or deny (a reason may follow); this cannot be allowed for the "
                          "whole session. / 回复 允许 或 拒绝（可附理由）。")

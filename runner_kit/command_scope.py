@@ -468,6 +468,52 @@ def _file_words(kind: str, body: str) -> str:
     return f"{'editing' if kind == EDIT else 'deleting'} {visible(body)}"
 
 
+def what_zh(keys: Iterable[str]) -> str | None:
+    """:func:`what` in Chinese."""
+    keys = list(keys)
+    parts = [split(k) for k in keys]
+    if not parts or any(p is None for p in parts):
+        return None
+    found = [p for p in parts if p is not None]
+    if len(found) == 1:
+        kind, body = found[0]
+        if kind == CMD:
+            return f"`{body}`" if is_simple(body) and "`" not in body else "这条命令（原样）"
+        if kind == PREFIX:
+            return f"以 `{body}` 开头的命令"
+        if kind == TOOL:
+            return "这个请求（原样）"
+        return _file_words_zh(kind, body)
+    if all(k in FILE_KINDS for k, _ in found):
+        return "这些文件改动（" + "、".join(_file_words_zh(k, b) for k, b in found) + "）"
+    return "这些请求"
+
+
+def _file_words_zh(kind: str, body: str) -> str:
+    if kind == MOVE:
+        a, b = json.loads(body)
+        return f"把 {visible(a)} 移到 {visible(b)}"
+    return f"{'编辑' if kind == EDIT else '删除'} {visible(body)}"
+
+
+def label_zh(*keys: str) -> str:
+    """:func:`label` in Chinese: 本次会话内允许：<what it covers>, shortened as the English one is."""
+    said = what_zh(keys)
+    if said is None:
+        return "本次会话内允许"
+    text = f"本次会话内允许：{said}"
+    if len(text) <= LABEL_LIMIT:
+        return text
+    kinds = {k for k, _ in (split(k) or ("", "") for k in keys)}
+    if kinds == {CMD}:
+        return "本次会话内允许这条命令（原样）"
+    if kinds == {PREFIX}:
+        return "本次会话内允许以所问的词开头的命令"
+    if kinds <= set(FILE_KINDS):
+        return "本次会话内允许这些文件改动" if len(keys) > 1 else "本次会话内允许这项文件改动"
+    return "本次会话内允许这个请求（原样）"
+
+
 def label(*keys: str) -> str:
     """The "allow for this session" button for these keys, short enough for every platform."""
     said = what(keys)

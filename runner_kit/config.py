@@ -173,7 +173,7 @@ def not_set_up(agent: str) -> RunnerError:
     the first runner it lists, with that runner's YAML defaults): one line for the chat, shown as
     it is, that tells the owner what to do."""
     exc = RunnerError("config.missing", NOT_SET_UP.format(agent=agent))
-    exc.chat = texts.t(NOT_SET_UP, NOT_SET_UP_ZH, agent=agent)  # type: ignore[attr-defined]  # runner.drive shows it instead of the generic explanation
+    exc.chat = texts.Said(NOT_SET_UP, NOT_SET_UP_ZH, agent=agent)  # type: ignore[attr-defined]  # runner.drive shows it instead of the generic explanation
     return exc
 
 

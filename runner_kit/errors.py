@@ -133,14 +133,15 @@ _PATTERNS: list[tuple[re.Pattern[str], bool]] = [
     # key=value / key: value style secrets in URLs, query strings, headers and logs
     (
         re.compile(
-            r"(?i)((?:api[-_]?key|x-api-key|access[-_]?token|token|secret|password|passwd)[\"']?\s*[=:]\s*[\"']?)[^\s&,;\"']+"
+            r"(?i)((?:api[-_]?key|x-api-key|access[-_]?token|token|secret|password|passwd)[\"'`]?\s*[=:]\s*[\"'`]?)"
+            r"[^\s&,;\"'`]+"
         ),
         True,
     ),
     # well-known key shapes (Dify app keys, OpenAI/DashScope sk-, Coze pat_)
     (re.compile(r"\b(?:app-|sk-|pat_|sk_live_|sk_test_)[A-Za-z0-9_-]{8,}"), False),
     # a URL's userinfo (``scheme://user:pass@host``, or a lone token as the user): scheme://***@host
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s\"'<>\\]*(?=@)"), True),
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]{0,31}://)[^/?#\s\"'<>\\]*(?=@)"), True),
     # credentials in a query string (signed links, ``?key=``): ?key=***
     (re.compile(r"(?i)([?&;](?:key|api[-_]?key|token|access[-_]?token|sign|signature|sig|password|secret)=)[^&#\s\"'<>]+"),
      True),
@@ -182,7 +183,7 @@ redact = Redactor()
 
 # --- which config values are secrets ---------------------------------------------------------
 
-_URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://([^/?#\s\"'<>\\]*)@")
+_URL_USERINFO = re.compile(r"(?i)\b[a-z][a-z0-9+.-]{0,31}://([^/?#\s\"'<>\\]*)@")
 _SECRET_WORDS = frozenset({
     "password", "passwd", "pwd", "passphrase", "secret", "token", "apikey", "authorization", "credential",
     "credentials", "cookie", "signature",

@@ -52,9 +52,10 @@ def parse_failure_log(text: object) -> tuple[str, bool, str] | None:
 
 
 # what a detail loses before the chat shows it: trace and request ids (kept in the log)
-_TRACE = re.compile(
-    r"(?i)\s*[\[(](?:trace[ _-]?id|request[ _-]?id|log[ _-]?id|x-request-id)\b[^)\]]*[)\]]"
-    r"|[,;]?\s*\b(?:trace[ _-]?id|request[ _-]?id|log[ _-]?id|x-request-id)\b\s*[:=]?\s*[A-Za-z0-9._:/-]{6,}")
+# (an id has a digit: "Invalid request_id format" keeps its words; run on text with single spaces)
+_ID_NAME = r"\b(?:trace[ _-]?id|request[ _-]?id|log[ _-]?id|x-request-id)\b ?[:=]? ?"
+_ID = r"(?=[A-Za-z._:/-]{0,64}\d)[A-Za-z0-9._:/-]{6,128}"
+_TRACE = re.compile(rf"(?i) ?[\[(]{_ID_NAME}{_ID} ?[)\]]|[,;]? ?{_ID_NAME}{_ID}")
 # the kit's own phrases about a setting (runner_kit.config): (English for the chat, Chinese)
 _PHRASES: dict[str, tuple[str, str]] = {
     "is required but not set": ("is not set", "未填写"),
@@ -77,7 +78,7 @@ _CONFIG_KEY = re.compile(r"config key '([A-Za-z0-9_.-]+)'\s*("
                          + "|".join(re.escape(p) for p in sorted(_PHRASES, key=len, reverse=True)) + ")?")
 
 
-def _named(message: str) -> str:
+def _named(message: str, *, config: bool = True) -> str:
     """``message`` with every config key the form labels named by its label (in the run's
     language): ``config key 'api-key' is required but not set`` -> ``“App API key” is not set`` /
     ``「应用 API 密钥」未填写``; ``(check api-key: …)`` -> ``(check “App API key”: …)``."""
@@ -91,7 +92,9 @@ def _named(message: str) -> str:
             return name if zh else name + " "
         return name + (_PHRASES[phrase][1] if zh else " " + _PHRASES[phrase][0])
 
-    text = _CONFIG_KEY.sub(config_key, message)
+    # the kit's phrases about a setting only in a settings failure: elsewhere the words may be an
+    # echo of what a member wrote, and must not become a claim about the bot's settings
+    text = _CONFIG_KEY.sub(config_key, message) if config else message
     for key in sorted(labels, key=len, reverse=True):
         name = texts.label(key).replace("\\", "\\\\")  # a replacement template, not a function
         # quoted as a key is (a JSON field is named in double quotes, as JSON names it, and stays)
@@ -101,9 +104,16 @@ def _named(message: str) -> str:
     return text
 
 
-def _detail(message: str) -> str:
-    message = _TRACE.sub("", redact_log(message))
-    message = " ".join(redact_log(_named(message)).split()).rstrip(".。")  # a label is shown text too
+def _detail(message: str, code: str = "") -> str:
+    """The failure's own message as the chat shows it: one line, redacted, without trace ids, with
+    settings named by their labels (not for ``input.*``: the names there are the member's own, such
+    as a file's), at most :data:`_LIMIT` characters. Every step is linear in the message's length,
+    and each change of the text meets the redactor again (a label is shown text too)."""
+    message = " ".join(redact_log(message).split())[: 4 * _LIMIT]
+    message = redact_log(_TRACE.sub("", message))
+    if not code.startswith("input."):
+        message = redact_log(_named(message, config=code.startswith("config.")))
+    message = message.strip().rstrip(".。")
     return message if len(message) <= _LIMIT else message[: _LIMIT - 1] + "…"
 
 
@@ -160,11 +170,11 @@ def explanation(platform: str, code: str, message: str) -> str:
     """One or two plain sentences in the run's language: what went wrong and what to do."""
     pair = _EXPLANATIONS.get(code) or _OTHER
     template = pair[1] if texts.current() == texts.ZH else pair[0]
-    return template.format(p=platform, d=_detail(message))
+    return template.format(p=platform, d=_detail(message, code))
 
 
 def incomplete_note(platform: str, code: str, message: str, *, detailed: bool = True) -> str:
     """The line after a partial answer."""
     if not detailed:
         return texts.t("(This answer is incomplete.)", "（此回答不完整。）")
-    return texts.t("(This answer is incomplete: {d}.)", "（此回答不完整：{d}。）", d=_detail(message))
+    return texts.t("(This answer is incomplete: {d}.)", "（此回答不完整：{d}。）", d=_detail(message, code))

@@ -228,12 +228,12 @@ def transport_error(exc: BaseException, platform: str = "upstream", where: str =
                                f"cannot connect to {platform}{at} (connection refused or unreachable)")
         err = RunnerError("upstream.unavailable", f"nothing answers for {platform}{at}: {why}")
         # not an outage to wait out: usually a wrong URL or port, which only the bot owner can fix
-        err.chat = texts.t(  # type: ignore[attr-defined]
+        err.chat = texts.Said(  # type: ignore[attr-defined]  # in the language of the run that shows it
             "{p} is not answering at the address this bot is set to use{at}: {why}. That is usually a wrong URL or "
             "port, or a server that is not running; the bot owner should check the address in this bot's AI settings.",
             "{p} 在此机器人设置的地址{at}没有响应：{why}。通常是 URL 或端口填错了，或者服务器没有运行；请机器人所有者"
             "在机器人的 AI 设置中检查地址。",
-            p=platform, at=texts.t(at, f"（{where}）" if where else ""), why=texts.t(why, _WHY_ZH.get(why, why)))
+            p=platform, at=texts.Said(at, f"（{where}）" if where else ""), why=texts.Said(why, _WHY_ZH.get(why, why)))
         return err
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)):
         return RunnerError("upstream.unavailable", f"the connection to {platform} was closed before the answer finished")

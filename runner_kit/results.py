@@ -31,6 +31,7 @@ from langbot_plugin.api.entities.builtin.provider.message import Message
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult, RunnerResultType
 
 from .events import Attachment
+from .texts import t
 from .usage import UsageTotals
 
 THINK_OPEN = "<think>"
@@ -41,6 +42,7 @@ THINK_CLOSE = "</think>"
 HOST_RESULT_LIMIT = 1024 * 1024
 TEXT_BUDGET = HOST_RESULT_LIMIT - 16 * 1024
 TRUNCATED_NOTICE = "\n\n[The answer was cut here: it is longer than LangBot can deliver in one message.]"
+TRUNCATED_NOTICE_ZH = "\n\n[回答在此处被截断：它超出了 LangBot 单条消息能发送的长度。]"
 PROGRESS_MAX = 160  # characters of the progress line
 
 
@@ -182,7 +184,7 @@ class ResultBuilder:
         self.remove_think = remove_think
         self.policy = policy or StreamPolicy()
         self._clock = clock
-        self._budget = text_budget - escaped_len(TRUNCATED_NOTICE)
+        self._budget = text_budget - max(escaped_len(TRUNCATED_NOTICE), escaped_len(TRUNCATED_NOTICE_ZH))
         # the visible text, append-only between replaces
         self._parts: list[str] = []
         self._len = 0
@@ -282,7 +284,7 @@ class ResultBuilder:
             if self._in_think:
                 piece += f"\n{THINK_CLOSE}"
                 self._in_think = False
-            piece += TRUNCATED_NOTICE
+            piece += t(TRUNCATED_NOTICE, TRUNCATED_NOTICE_ZH)
             esc = escaped_len(piece)
         self._parts.append(piece)
         self._len += len(piece)

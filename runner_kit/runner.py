@@ -64,17 +64,56 @@ def reset_text(config: Mapping[str, Any]) -> str:
                                 DEFAULT_SESSION_RESET_TEXT_ZH)
 
 
-def _language(ctx: RunnerContext, platform: str) -> str:
-    """The run's chat language (:func:`runner_kit.texts.choose`): ``chat-language`` as LangBot sent
-    it, else the person's message, else what they last wrote in this conversation."""
+def _chat_language(ctx: RunnerContext, schema: ConfigSchema) -> str:
+    """``chat-language`` as the config loader will read it (before it runs: a failing config is
+    explained in the chosen language too): an advanced field keeps its default while the owner has
+    advanced settings off, whatever value is stored."""
     raw = ctx.config if isinstance(getattr(ctx, "config", None), Mapping) else {}
+    value = raw.get("chat-language")
+    field = schema.fields.get("chat-language")
+    if field is not None and field.advanced and "advanced-settings" in schema.fields:
+        on = raw.get("advanced-settings")
+        if not (on is True or str(on).strip().lower() in ("true", "1", "yes", "on", "y", "t")):
+            value = field.default
+    return str(value or "").strip()
+
+
+def _language(ctx: RunnerContext, setting: str) -> str:
+    """The run's chat language (:func:`runner_kit.texts.choose`): the owner's ``setting``, else the
+    person's message, else what they last wrote in this conversation."""
     try:
         text = ctx.input.to_text() if getattr(ctx, "input", None) is not None else ""
     except Exception:  # noqa: BLE001 - an unreadable input is reported by load_input, not here
         text = ""
-    conv = sessions.conversation_key(ctx, platform)
-    who = ap.actor_of(ctx)[0] if conv else None
-    return texts.choose(raw.get("chat-language"), text, f"{conv}|{who}" if conv else None)
+    if getattr(getattr(ctx, "input", None), "interaction", None) is not None:
+        text = ""  # a click: LangBot's placeholder text says nothing of the person's language
+    return texts.choose(setting, _words(text), _person(ctx))
+
+
+def _person(ctx: Any) -> str | None:
+    """Whose language: one sender in one conversation (a run context or a steering item's view),
+    whichever plugin they write to."""
+    conv = sessions.conversation_key(ctx, "")
+    return f"{conv}|{ap.actor_of(ctx)[0] or ''}" if conv else None
+
+
+_ANY_ANSWER = ap.Question(title="", kind="permission")
+
+
+def _words(text: str) -> str:
+    """``text`` as a sign of its writer's language: nothing when it is only an English answer word
+    ("ok", "allow", "yes"), which people type whatever language they otherwise write in."""
+    if not text or len(text) > 40 or texts.language_of(text) != texts.EN:
+        return text  # "允许" or "好的" is a Chinese answer, and says so
+    said = ap.parse_answer(text, _ANY_ANSWER)
+    return "" if said is not None and not said.reason else text
+
+
+def _heard(ctx: RunnerContext, item: Any) -> str | None:
+    """Remember the language of a follow-up's sender; their person key."""
+    person = _person(sessions.view(ctx, item))
+    texts.remember(person, _words(text_of(item)))
+    return person
 
 
 def deadline_margin(limit: float) -> float:
@@ -372,9 +411,8 @@ async def drive(
     usage = UsageTotals()
     redact = Redactor()
     token = bind_redactor(redact)
-    spoken = texts.bind(_language(ctx, adapter_cls.platform), schema.labels(),
-                        fixed=str((ctx.config or {}).get("chat-language") or "") in texts.SETTINGS
-                        if isinstance(getattr(ctx, "config", None), Mapping) else False)
+    chosen = _chat_language(ctx, schema)
+    spoken = texts.bind(_language(ctx, chosen), schema.labels(), fixed=chosen in texts.SETTINGS)
     env: RunEnv | None = None
     config: Config | None = None
     log = get_logger("runner_kit.run")
@@ -458,7 +496,12 @@ async def drive(
                 yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
             steer = Steering.for_run(ctx)
-            steer.route = lambda item: routing.route(ctx, item, platform, adapter_cls.session_key, source)
+
+            def route(item: Any) -> str | None:
+                _heard(ctx, item)
+                return routing.route(ctx, item, platform, adapter_cls.session_key, source)
+
+            steer.route = route
 
             def own_key(item: Any) -> str | None:
                 return sessions.key_of(sessions.view(ctx, item), platform, adapter_cls.session_key, source)
@@ -656,6 +699,7 @@ async def drive(
                     hold.slot = None
                     key, items = steer.next_session()
                     vctx = sessions.view(ctx, items[0])
+                    texts.switch(texts.of(_person(vctx), _words(text_of(items[0]))))  # their turn, their words
                     run_limit, run_deadline = env.limit, env.deadline
                     env = RunEnv(vctx, config, redact, adapter_cls.session_key)
                     # the run's own limit and deadline, not what is left of them (a later session
@@ -677,6 +721,7 @@ async def drive(
                         items, steer.pending = steer.pending, []
                         kept: list[bool] = []
                         kept_names: list[str] = []
+                        first_kept: Any = None  # whose language the kept-note is in
                         asked_by = agent_name = ""
                         for n, item in enumerate(items):
                             item_ctx = sessions.view(ctx, item)
@@ -694,6 +739,7 @@ async def drive(
                                     continue
                                 shown = " ".join(str(name or "someone").split())[:64]
                                 kept.append(p.slot is not None and p.slot.keep(sessions.Held(shown, item_input, actor=actor)))
+                                first_kept = first_kept or item
                                 kept_names += [] if shown in kept_names else [shown]
                                 asked_by, agent_name = p.gate.who(), p.agent
                                 continue
@@ -715,16 +761,18 @@ async def drive(
                             break
                         if kept:
                             per_person = normalize_source(source) in PER_PERSON
-                            yield builder.notice_message(
-                                sessions.held_full(agent_name, asked_by) if not all(kept) else
-                                texts.t("({who}'s own session is waiting for an answer to a question; the message is "
-                                        "kept and goes to it right after.)",
-                                        "（{who} 自己的会话正在等待一个问题的回答；这条消息已保留，之后马上交给它。）",
-                                        who=", ".join(kept_names)) if per_person else
-                                texts.t("({who}: {agent} is waiting for {asked} to answer a question; your message is "
-                                        "kept and goes to it right after.)",
-                                        "（{who}：{agent} 正在等待 {asked} 回答一个问题；你的消息已保留，之后马上交给它。）",
-                                        who=", ".join(kept_names), agent=agent_name, asked=asked_by))
+                            with texts.to(_words(text_of(first_kept)), _person(sessions.view(ctx, first_kept))):
+                                said = (
+                                    sessions.held_full(agent_name, asked_by) if not all(kept) else
+                                    texts.t("({who}'s own session is waiting for an answer to a question; the message is "
+                                            "kept and goes to it right after.)",
+                                            "（{who} 自己的会话正在等待一个问题的回答；这条消息已保留，之后马上交给它。）",
+                                            who=", ".join(kept_names)) if per_person else
+                                    texts.t("({who}: {agent} is waiting for {asked} to answer a question; your message is "
+                                            "kept and goes to it right after.)",
+                                            "（{who}：{agent} 正在等待 {asked} 回答一个问题；你的消息已保留，之后马上交给它。）",
+                                            who=", ".join(kept_names), agent=agent_name, asked=asked_by))
+                            yield builder.notice_message(said)
                             builder.next_message()
                         if session_adapter is None:
                             builder = _builder(ctx, config, multi_turn=True, slot=other)
@@ -735,19 +783,22 @@ async def drive(
                         steer.others.setdefault(own_key(item), []).append(item)  # type: ignore[arg-type]
                     if not steer.pending:
                         continue
-                    who = ap.actor_of(steer.pending[0])[1] or texts.t("someone", "有人")
+                    who = ap.actor_of(steer.pending[0])[1] or texts.t("someone", "某位成员")
                     live = adapter_cls(env)
                     session_adapter = live
                     index = -1  # the batch below is this session's first turn (index 0)
                     if key != (slot.key if slot is not None else None):
                         missed = sessions.missed(key)
-                        with texts.to(text_of(steer.pending[0])):
+                        with texts.to(_words(text_of(steer.pending[0])), _person(sessions.view(ctx, steer.pending[0]))):
                             said = texts.t("({who}, your message is answered next, in your own session.)",
                                            "（{who}，接下来在你自己的会话中回答你的消息。）", who=who)
                         yield builder.notice_message(said + (f"\n{missed}" if missed else ""))
                     builder = _builder(ctx, config, multi_turn=True, slot=other)
                 env.budget()
                 batch = steer.take()
+                if len({ap.actor_of(i)[0] for i in batch}) == 1:  # one person's turn: in their language
+                    texts.switch(texts.of(_person(sessions.view(ctx, batch[0])),
+                                          _words(" ".join(text_of(i) for i in batch))))
                 # who may answer what the agent asks in this turn: the sender whose message opened it (a
                 # one-word message someone else adds right after never makes the question theirs)
                 env.turn_actor = ap.actor_of(batch[0]) if ap.actor_of(batch[0])[0] else env.turn_actor
@@ -1357,13 +1408,14 @@ async def _typed_wait(
                     continue
                 if d is not None:
                     yield builder.log(f"question {q.id}: an answer from {actor_name or 'someone'} was refused")
-                    said = texts.t("(Only {who} can answer the question above; your message comes after it.)",
-                                   "（只有 {who} 能回答上面的问题；你的消息会在它之后处理。）", who=gate.who())
+                    with texts.to(_words(text_of(follow)), _person(sessions.view(env.ctx, follow))):
+                        said = texts.t("(Only {who} can answer the question above; your message comes after it.)",
+                                       "（只有 {who} 能回答上面的问题；你的消息会在它之后处理。）", who=gate.who())
                 elif mine:
                     said = texts.t("(Still waiting for an answer to the question above; your message comes next.)",
                                    "（仍在等待上面问题的回答；接下来处理你的消息。）")
                 else:
-                    with texts.to(text_of(follow)):
+                    with texts.to(_words(text_of(follow)), _person(sessions.view(env.ctx, follow))):
                         said = (texts.t("({who}: your message is answered after this, in your own session.)",
                                         "（{who}：你的消息会在这之后，在你自己的会话中回答。）", who=actor_name)
                                 if actor_name else texts.t("(That message is answered after this, in its sender's "

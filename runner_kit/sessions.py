@@ -294,7 +294,8 @@ def person(item: Any) -> tuple[str | None, str | None]:
         return item.actor, item.name
     actor = getattr(item, "actor", None)
     if actor is not None and getattr(actor, "actor_id", None):
-        return str(actor.actor_id), getattr(actor, "actor_name", None) or str(actor.actor_id)
+        # the name as every note shows it: one line, nothing invisible (never a line of the kit's own)
+        return str(actor.actor_id), _shown_name(getattr(actor, "actor_name", None)) or str(actor.actor_id)
     conv = getattr(item, "conversation", None)
     sender = getattr(conv, "sender_id", None) if conv is not None else None
     return (str(sender), str(sender)) if sender else (None, None)

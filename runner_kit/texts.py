@@ -25,12 +25,15 @@ from typing import Any
 EN = "en"
 ZH = "zh"
 #: ``chat-language`` values -> language; anything else (``auto``, blank) follows the person
-SETTINGS = {"en_US": EN, "en": EN, "zh_Hans": ZH, "zh": ZH, "zh_CN": ZH}
+SETTINGS = {"en_US": EN, "zh_Hans": ZH}  # the form's options (the loader refuses any other)
 _LOCALE = {EN: "en_US", ZH: "zh_Hans"}
 
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3000-\u303f\uff01-\uff5e]")
 _LATIN_WORD = re.compile(r"[A-Za-z]{2,}")
-_URLISH = re.compile(r"\S+://\S+|\S+@\S+|`[^`]*`")
+# links, addresses and code say nothing of the writer's language; each match starts where a token
+# does (a leading ``\S+`` tried at every position of a long unspaced run is quadratic)
+_URLISH = re.compile(r"(?<!\S)\S+://\S+|(?<!\S)\S+@\S+|`[^`\n]{0,2000}`")
+_SAMPLE = 4000  # characters enough to tell the language of a message of any length
 
 _language: contextvars.ContextVar[str] = contextvars.ContextVar("runner_kit_chat_language", default=EN)
 _fixed: contextvars.ContextVar[bool] = contextvars.ContextVar("runner_kit_chat_language_fixed", default=False)
@@ -46,7 +49,7 @@ _LAST_MAX = 10_000
 def language_of(text: object) -> str | None:
     """``zh`` when Chinese characters carry the message (at least as many as its Latin words,
     links and code left out), ``en`` when Latin words do, None when it has neither."""
-    body = _URLISH.sub(" ", str(text or ""))
+    body = _URLISH.sub(" ", str(text or "")[:_SAMPLE])
     han = len(_HAN.findall(body))
     words = len(_LATIN_WORD.findall(body))
     if han and han >= words:
@@ -64,6 +67,8 @@ def choose(setting: object, text: object, conversation: str | None = None) -> st
     found = language_of(text)
     if conversation:
         if found is None:
+            if conversation in _LAST:
+                _LAST.move_to_end(conversation)  # still here: not the first forgotten
             return _LAST.get(conversation, EN)
         _LAST[conversation] = found
         _LAST.move_to_end(conversation)
@@ -86,16 +91,56 @@ def bind(language: str, labels: Mapping[str, Mapping[str, str]] | None = None, *
 
 
 def unbind(tokens: tuple[Any, Any, Any]) -> None:
-    _language.reset(tokens[0])
-    _labels.reset(tokens[1])
-    _fixed.reset(tokens[2])
+    """Undo :func:`bind` (a run generator closed from another context cannot: its context goes
+    with it, so there is nothing to undo)."""
+    for var, token in zip((_language, _labels, _fixed), tokens, strict=True):
+        try:
+            var.reset(token)  # type: ignore[attr-defined]
+        except ValueError:
+            pass
+
+
+def remember(person: str | None, text: object) -> str | None:
+    """The language ``text`` is in, remembered as ``person``'s (a follow-up's sender) when it has one."""
+    found = language_of(text)
+    if person and found is not None:
+        _LAST[person] = found
+        _LAST.move_to_end(person)
+        while len(_LAST) > _LAST_MAX:
+            _LAST.popitem(last=False)
+    return found
+
+
+def switch(language: str | None) -> None:
+    """Speak ``language`` from here on in this run (another member's turn), unless the owner fixed one."""
+    if language in (EN, ZH) and not _fixed.get():
+        _language.set(language)
+
+
+def of(person: str | None, text: object = "") -> str | None:
+    """The language to address ``person`` in: that of ``text``, else the one they last wrote in."""
+    return language_of(text) or (_LAST.get(person) if person else None)
+
+
+class Said:
+    """A chat line made where the run's language may not be known yet (an error raised inside an
+    agent's reading task, which started in another member's run): rendered when shown."""
+
+    __slots__ = ("en", "values", "zh")
+
+    def __init__(self, en: str, zh: str, /, **values: Any):
+        self.en, self.zh, self.values = en, zh, values
+
+    def __str__(self) -> str:
+        return t(self.en, self.zh, **self.values)
 
 
 @contextlib.contextmanager
-def to(text: object) -> Iterator[None]:
+def to(text: object, person: str | None = None) -> Iterator[None]:
     """Within: notes addressed to whoever wrote ``text`` (another member's follow-up inside this
-    run) in their language, unless the owner fixed one or ``text`` says nothing."""
-    found = None if _fixed.get() else language_of(text)
+    run) in their language — that of ``text``, else the one ``person`` last wrote in — unless the
+    owner fixed one or nothing says which."""
+    found = None if _fixed.get() else of(person, text)
     if found is None:
         yield
         return

@@ -33,6 +33,7 @@ from langbot_plugin.api.entities.builtin.runner.errors import AgentAPIException
 from langbot_plugin.api.proxies.runner.common import PermissionDeniedError
 
 from runner_kit import events as ev
+from runner_kit import texts
 from runner_kit.errors import RunnerError
 from runner_kit.host_api import host_error, is_context_overflow, no_token_counting
 from runner_kit.inputs import UserInput
@@ -376,8 +377,11 @@ class LocalAdapter(Adapter):
             if not calls:
                 if reply.calls and not reply.text and not said:
                     # at the round limit the model still asked for a tool: say so instead of nothing
-                    yield ev.Text(f"(I used all {self.max_rounds} tool rounds this answer allows "
-                                  "(max-tool-iterations) before finishing. Ask me to continue.)")
+                    yield ev.Text(texts.t("(I used all {n} tool rounds this answer allows ({setting}) before "
+                                          "finishing. Ask me to continue.)",
+                                          "（我已用完这次回答允许的全部 {n} 轮工具调用（{setting}），还没有完成。"
+                                          "请让我继续。）", n=self.max_rounds,
+                                          setting=texts.label("max-tool-iterations")))
                 return
             outcomes: list[Outcome] = []
             async for e in self._run_tools(list(reply.calls.values()), outcomes):

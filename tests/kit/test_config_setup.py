@@ -59,7 +59,7 @@ def test_load_without_the_required_check():
 def test_not_set_up_is_config_missing_with_its_line_for_the_chat():
     exc = not_set_up("Some Agent")
     assert exc.code == "config.missing" and not exc.retryable
-    assert exc.message == exc.chat == NOT_SET_UP.format(agent="Some Agent")  # type: ignore[attr-defined]
+    assert exc.message == str(exc.chat) == NOT_SET_UP.format(agent="Some Agent")  # type: ignore[attr-defined]
     assert "\n" not in exc.message
 
 

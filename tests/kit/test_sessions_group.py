@@ -304,7 +304,7 @@ async def test_a_message_claimed_for_a_run_that_only_keeps_a_message_is_not_drop
     host.queue_steering(ctx, "不错", CAROL)
     out = await collect(runner, host, ctx)
     assert not host.steering, "everything claimed for the run was pulled"
-    assert any("Carol" in m and "kept" in m for m in messages(out))
+    assert any("Carol" in m and "已保留" in m for m in messages(out)), "kept, and told so in Carol's language"
     done = await collect(runner, host, host.make_context("allow", identity=ALICE, config=SHARED))
     assert cls.log[-1]["text"] == "Bob: lol\n\nCarol: 不错"
     assert messages(done)[-1].endswith("got: Bob: lol\n\nCarol: 不错")

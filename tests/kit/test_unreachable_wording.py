@@ -23,7 +23,8 @@ async def _connect_error(url: str) -> httpx.ConnectError:
 
 
 def _chat(err) -> str:
-    return getattr(err, "chat", None) or explanation("Dify", err.code, err.message)
+    chat = getattr(err, "chat", None)
+    return str(chat) if chat is not None else explanation("Dify", err.code, err.message)
 
 
 async def test_nothing_listening_at_the_port_names_the_setting_not_a_retry():

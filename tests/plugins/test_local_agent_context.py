@@ -306,7 +306,11 @@ async def test_at_the_round_limit_a_model_still_calling_tools_gets_a_clear_reply
     add_tool(host, "look", lambda p: {"ok": 1})
     fake.script = [ToolCalls([("look", {})]), ToolCalls([("look", {})])]
     res = await run(runner, host, "go", config=cfg(**{"max-tool-iterations": 1}), identity=CONV)
-    assert "max-tool-iterations" in final_text(res)
+    said = final_text(res)
+    assert "“Most tool rounds”" in said and "max-tool-iterations" not in said, "the setting as the form names it"
+    fake.script = [ToolCalls([("look", {})]), ToolCalls([("look", {})])]
+    zh = await run(runner, host, "继续查", config=cfg(**{"max-tool-iterations": 1}), identity=CONV)
+    assert "「工具调用轮数上限」" in final_text(zh) and "请让我继续" in final_text(zh)
 
 
 async def test_images_of_earlier_turns_are_not_resent_empty(fake, host, runner):
