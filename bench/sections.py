@@ -883,7 +883,7 @@ async def _in_process_agent(entry: InProcessAgent, srv: Any, p: Params) -> dict[
     ov = loop["overhead"]
 
     # compaction: a long earlier conversation that does not fit the configured window
-    small = {**config, "context-window-tokens": 6000, "context-reserve-tokens": 1000,
+    small = {**config, "advanced-settings": True, "context-window-tokens": 6000, "context-reserve-tokens": 1000,
              "context-keep-recent-tokens": 1500, "context-summary-tokens": 400,
              "context-history-fetch-limit": 100}
     compact_s: list[float] = []

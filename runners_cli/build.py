@@ -169,6 +169,7 @@ def config_item_problems(items: Any, *, descriptions: bool = False) -> list[str]
         if not isinstance(item.get("type"), str) or not item.get("type"):
             problems.append(f"{where}: missing type")
         problems += _i18n_problems(where, item.get("label"), "label")
+        problems += _lowercase_label(where, item.get("label"))
         if descriptions or item.get("description") is not None:
             problems += _i18n_problems(where, item.get("description"), "description")
         for opt in item.get("options") or []:
@@ -177,7 +178,36 @@ def config_item_problems(items: Any, *, descriptions: bool = False) -> list[str]
                 if oname is None:
                     problems.append(f"{where}: an option has no name")
                 problems += _i18n_problems(f"{where} option {oname!r}", opt.get("label"), "label")
+                problems += _lowercase_label(f"{where} option {oname!r}", opt.get("label"))
     return problems
+
+
+def _lowercase_label(where: str, label: Any) -> list[str]:
+    """A form label in English starts with a capital letter, as LangBot's own fields do
+    ("Claude Code program", not "claude executable")."""
+    text = label.get("en_US") if isinstance(label, dict) else None
+    if isinstance(text, str) and text.strip() and text.strip()[0].islower():
+        return [f"{where}: label en_US {text!r} starts with a small letter; LangBot's form shows labels capitalised"]
+    return []
+
+
+def never_shown(item: dict[str, Any], items: list[Any]) -> bool:
+    """Whether LangBot's form can never show ``item``: its ``show_if`` compares a boolean field with
+    something that is neither true nor false. That is how a key a migration still writes, but which
+    does nothing, stays declared (LangBot's migration refuses an undeclared key) without being on the
+    form."""
+    cond = item.get("show_if")
+    if not isinstance(cond, dict) or cond.get("operator") != "eq" or isinstance(cond.get("value"), bool):
+        return False
+    types = {i.get("name"): i.get("type") for i in items if isinstance(i, dict)}
+    return types.get(cond.get("field")) in ("boolean", "bool")
+
+
+def form_fields(items: Any) -> list[dict[str, Any]]:
+    """The config items LangBot's form can show (see :func:`never_shown`)."""
+    if not isinstance(items, list):
+        return []
+    return [i for i in items if isinstance(i, dict) and isinstance(i.get("name"), str) and not never_shown(i, items)]
 
 
 def _requirement_line(raw: str) -> str:
@@ -463,14 +493,33 @@ def broken_cjk_lines(text: str) -> list[int]:
     return out
 
 
-def mentions(text: str, key: str) -> bool:
-    """The config key appears as a whole name (``timeout`` is not found inside ``idle-timeout``)."""
-    return re.search(rf"(?<![A-Za-z0-9_-]){re.escape(key)}(?![A-Za-z0-9_-])", text) is not None
+# the locale of each page's form labels: LangBot shows the zh_Hans labels with the Chinese page
+README_LOCALES = dict(zip(README_FILES, LOCALES, strict=True))
 
 
-def readme_problems(directory: Path, keys: list[str]) -> list[str]:
-    """The plugin page in both languages: present, naming every config key, tables at most
-    ``README_MAX_COLUMNS`` wide, and the Chinese page a whole translation (same headings)."""
+def names_label(text: str, label: str) -> bool:
+    """The page names a setting by the label its form shows, in bold: ``**App API key**`` (the key
+    may follow it, ``**App API key** (`api-key`)``); a label's spaces may be any run of blanks."""
+    words = [re.escape(w) for w in label.split()]
+    return bool(words) and re.search(r"\*\*" + r"\s+".join(words) + r"\*\*", text) is not None
+
+
+def unnamed_fields(text: str, items: Any, locale: str) -> list[str]:
+    """The form's fields (:func:`form_fields`) a page in ``locale`` does not name by their label."""
+    out = []
+    for item in form_fields(items):
+        label = item.get("label")
+        text_label = label.get(locale) if isinstance(label, dict) else None
+        if isinstance(text_label, str) and text_label.strip() and not names_label(text, text_label):
+            out.append(f"**{text_label.strip()}** (`{item['name']}`)")
+    return out
+
+
+def readme_problems(directory: Path, items: Any) -> list[str]:
+    """The plugin page in both languages: present, naming every field of the runner form
+    (``items``, the runner YAML's ``spec.config``) by the label the form shows in that page's
+    language, tables at most ``README_MAX_COLUMNS`` wide, no relative links, no line break inside a
+    Chinese sentence, and the Chinese page a whole translation (same headings)."""
     directory = Path(directory)
     problems: list[str] = []
     texts: dict[str, str] = {}
@@ -480,9 +529,10 @@ def readme_problems(directory: Path, keys: list[str]) -> list[str]:
             problems.append(f"{rel} is missing (LangBot shows it on the plugin page)")
             continue
         text = texts[rel] = path.read_text(encoding="utf-8")
-        missing = [k for k in keys if not mentions(text, k)]
+        missing = unnamed_fields(text, items, README_LOCALES[rel])
         if missing:
-            problems.append(f"{rel} does not mention the config keys: {', '.join(missing)}")
+            problems.append(f"{rel} does not name these settings by the label the form shows beside them "
+                            f"({README_LOCALES[rel]}), in bold: {', '.join(missing)}")
         for line, columns in markdown_tables(text):
             if columns > README_MAX_COLUMNS:
                 problems.append(f"{rel}:{line}: a table has {columns} columns; at most {README_MAX_COLUMNS} fit "

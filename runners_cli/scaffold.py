@@ -250,8 +250,10 @@ class {cls}Adapter(Adapter):
 '''
 
 # The plugin page: LangBot shows readme/README_<language>.md when its interface is not English and
-# README.md otherwise. Both name every config key; tables stay at most three short columns (the
-# page is a narrow pane), details go in the bullets below them.
+# README.md otherwise. Each names every field of the form by the label the form shows in that
+# language, in bold, with the key after it (runners_cli.build.readme_problems); tables stay at most
+# three short columns (the page is a narrow pane), details go in the bullets below them; the Chinese
+# page keeps each paragraph and bullet on one line.
 _README = """\
 # {name} — {platform} as a LangBot agent
 
@@ -261,32 +263,52 @@ Runner id: `plugin:langbot-team/{name}/default` · version 0.3.0
 
 ## Configuration
 
-| key | default |
-|---|---|
-| `base-url` | required |
-| `api-key` | required |
-| `timeout` | `120` |
-| `remove-think` | `false` |
-| `user-id-source` | `actor` |
-| `advanced-settings` | `false` |
-| `idle-timeout` | `0` (off) |
-| `explain-failures` | `true` |
-| `session-reset-notice` | `true` |
-| `session-reset-text` | a short line |
+LangBot's **Save** accepts the form with a required field left empty: the chat then says what is
+missing. The fields under **Advanced settings** apply only while that box is ticked. In LangBot's
+debug chat every reload of the page is a new user, so the {platform} conversation starts over there;
+real chats keep theirs.
 
-- `base-url` (string): the {platform} API address.
-- `api-key` (secret): the {platform} API key.
-- `timeout` (seconds): the longest a whole answer may take; LangBot also stops the run at this limit.
-  0 means no limit.
-- `remove-think` (boolean): drop reasoning from the reply.
-- `user-id-source`: what {platform} sees as the end user. `actor` and `hashed` (an opaque `lb_…` id)
-  give each person in a group their own conversation; `conversation` shares one per LangBot chat.
-- `advanced-settings` (boolean): apply the advanced settings below; when off they keep their defaults.
-- `idle-timeout` (seconds, advanced): end the run when {platform} sends nothing at all for this long.
-- `explain-failures` (boolean, advanced): explain a failure in the chat instead of LangBot's generic
-  notice; an answer cut off midway keeps its text with a note.
-- `session-reset-notice` / `session-reset-text` (advanced): announce in one line that a new upstream
-  conversation was started because the stored one is gone.
+| setting | default |
+|---|---|
+| **API base URL** (`base-url`) | required |
+| **API key** (`api-key`) | required |
+| **Timeout (seconds)** (`timeout`) | `120` |
+| **Hide reasoning** (`remove-think`) | off |
+| **User identity** (`user-id-source`) | The sender |
+| **Advanced settings** (`advanced-settings`) | off |
+
+- **API base URL** (`base-url`): the {platform} API address.
+- **API key** (`api-key`, secret): the {platform} API key.
+- **Timeout (seconds)** (`timeout`): the longest a whole answer may take; LangBot also stops the run
+  at this limit. 0 means no limit.
+- **Hide reasoning** (`remove-think`): drop reasoning from the reply.
+- **User identity** (`user-id-source`): who {platform} sees as the end user. **The sender** (`actor`)
+  and **The sender (hashed id)** (`hashed`, an opaque `lb_…` id) give each person in a group their
+  own conversation; **The LangBot conversation** (`conversation`) gives the whole group one.
+- **Advanced settings** (`advanced-settings`): shows and applies the settings below.
+
+### Advanced settings
+
+| setting | default |
+|---|---|
+| **Idle timeout (seconds)** (`idle-timeout`) | `0` (off) |
+| **Explain failures in the chat** (`explain-failures`) | on |
+| **Language of the bot's own notes** (`chat-language`) | the person's language |
+| **Announce a new conversation** (`session-reset-notice`) | on |
+| **New conversation notice** (`session-reset-text`) | empty: a built-in line |
+
+- **Idle timeout (seconds)** (`idle-timeout`): end the run when {platform} sends nothing at all for
+  this long.
+- **Explain failures in the chat** (`explain-failures`): explain a failure in the chat instead of
+  LangBot's generic notice; an answer cut off midway keeps its text with a note.
+- **Language of the bot's own notes** (`chat-language`): the language of what the plugin itself
+  writes into the chat (failure explanations, the new-conversation notice, notes about follow-ups).
+  By default each note is in the language the person wrote in (English or Chinese); choose English
+  or Chinese to fix one. {platform}'s answers are whatever {platform} answers.
+- **Announce a new conversation** (`session-reset-notice`) and **New conversation notice**
+  (`session-reset-text`): announce in one line that a new upstream conversation was started because
+  the stored one is gone. The notice is empty by default, which shows a built-in line in the
+  person's language.
 
 ## Limits
 """
@@ -300,28 +322,38 @@ English：LangBot 界面为英文时，插件页显示英文版（`README.md`）
 
 ## 配置
 
+LangBot 的 **保存** 按钮在必填项留空时也会保存：之后聊天中会说明缺了什么。**高级设置** 下的各项只在勾选该项时生效。在 LangBot 的调试对话中，每次刷新页面都算作一个新用户，因此 {platform} 会话会在那里从头开始；真实聊天中的会话不受影响。
+
 | 配置项 | 默认值 |
 |---|---|
-| `base-url` | 必填 |
-| `api-key` | 必填 |
-| `timeout` | `120` |
-| `remove-think` | `false` |
-| `user-id-source` | `actor` |
-| `advanced-settings` | `false` |
-| `idle-timeout` | `0`（关闭） |
-| `explain-failures` | `true` |
-| `session-reset-notice` | `true` |
-| `session-reset-text` | 一句提示 |
+| **API 地址**（`base-url`） | 必填 |
+| **API 密钥**（`api-key`） | 必填 |
+| **超时时间（秒）**（`timeout`） | `120` |
+| **隐藏思考过程**（`remove-think`） | 关闭 |
+| **用户标识**（`user-id-source`） | 发送者 |
+| **高级设置**（`advanced-settings`） | 关闭 |
 
-- `base-url`（字符串）：{platform} API 地址。
-- `api-key`（密钥）：{platform} API 密钥。
-- `timeout`（秒）：一次回答的最长时间；LangBot 也会在此时限终止运行。0 表示不限时。
-- `remove-think`（布尔）：从回复中去除思考内容。
-- `user-id-source`：{platform} 看到的终端用户。`actor` 与 `hashed`（不透明的 `lb_…` 标识）让群里每人各有一个会话；`conversation` 则每个 LangBot 会话共用一个。
-- `advanced-settings`（布尔）：应用下面的高级设置；关闭时使用默认值。
-- `idle-timeout`（秒，高级）：{platform} 在这段时间内没有发送任何内容时结束运行。
-- `explain-failures`（布尔，高级）：在聊天中说明失败原因，而不是 LangBot 的通用提示；中途中断的回答保留已输出的文字并附说明。
-- `session-reset-notice` / `session-reset-text`（高级）：保存的平台会话已不存在、开始新会话时用一行提示。
+- **API 地址**（`base-url`）：{platform} API 地址。
+- **API 密钥**（`api-key`，密钥）：{platform} API 密钥。
+- **超时时间（秒）**（`timeout`）：一次回答的最长时间；LangBot 也会在此时限终止运行。0 表示不限时。
+- **隐藏思考过程**（`remove-think`）：从回复中去除思考内容。
+- **用户标识**（`user-id-source`）：{platform} 看到的终端用户。**发送者**（`actor`）与 **发送者（哈希标识）**（`hashed`，不透明的 `lb_…` 标识）让群里每人各有一个会话；**LangBot 会话**（`conversation`）让全群共用一个。
+- **高级设置**（`advanced-settings`）：显示并应用下面的设置。
+
+### 高级设置
+
+| 配置项 | 默认值 |
+|---|---|
+| **空闲超时（秒）**（`idle-timeout`） | `0`（关闭） |
+| **在聊天中说明失败原因**（`explain-failures`） | 开启 |
+| **机器人提示语的语言**（`chat-language`） | 跟随提问者的语言 |
+| **提示已开始新会话**（`session-reset-notice`） | 开启 |
+| **新会话提示语**（`session-reset-text`） | 空：内置提示语 |
+
+- **空闲超时（秒）**（`idle-timeout`）：{platform} 在这段时间内没有发送任何内容时结束运行。
+- **在聊天中说明失败原因**（`explain-failures`）：在聊天中说明失败原因，而不是 LangBot 的通用提示；中途中断的回答保留已输出的文字并附说明。
+- **机器人提示语的语言**（`chat-language`）：插件自己写入聊天的内容（失败说明、新会话提示、关于追问的说明）所用的语言。默认每条提示都跟随提问者所用的语言（英文或中文）；也可以固定为英文或中文。{platform} 的回答不受影响。
+- **提示已开始新会话**（`session-reset-notice`）与 **新会话提示语**（`session-reset-text`）：保存的上游会话已不存在、开始新会话时用一行提示。提示语默认为空，即显示内置的提示语（跟随提问者的语言）。
 
 ## 限制
 """
@@ -570,8 +602,9 @@ def _steps(f: dict[str, str]) -> list[str]:
     d, pkg, fake, platform = f["dirname"], f["pkg"], f["fake"], f["platform"]
     return [
         f"{d}/{pkg}/adapter.py: write the adapter (the platform's request and stream, docs/platforms.md) and "
-        f"its names in {d}/{pkg}/const.py; its config in {d}/components/runner/default.yaml, described on "
-        f"both pages, {d}/README.md and {d}/readme/README_zh_Hans.md",
+        f"its names in {d}/{pkg}/const.py; its config in {d}/components/runner/default.yaml, each field "
+        f"named on both pages by the label the form shows in that language, {d}/README.md and "
+        f"{d}/readme/README_zh_Hans.md",
         f"tests/fakes/{fake}.py: write the loopback fake {platform} (a PlatformFake), and its self-test "
         f"in tests/fakes_selftest/test_fake_{fake}.py",
         f"tests/contract/case_{pkg}.py: give the PluginCase the hooks the platform supports "

@@ -20,9 +20,11 @@ from runners_cli.build import (
     config_item_problems,
     display_columns,
     duplicate_icons,
+    form_fields,
     listing_problems,
     markdown_tables,
-    mentions,
+    names_label,
+    never_shown,
     parse_requirements,
     readme_problems,
     requirement_problems,
@@ -256,13 +258,17 @@ def test_migration_keys_declared(info: PluginInfo) -> None:
 
 @pytest.mark.parametrize("readme", README_FILES)
 @pytest.mark.parametrize("info", PLUGINS, ids=IDS)
-def test_readme_mentions_every_config_key(info: PluginInfo, readme: str) -> None:
-    # LangBot's plugin page serves readme/README_<language>.md to a non-English UI, README.md otherwise
+def test_readme_names_every_field_by_its_label(info: PluginInfo, readme: str) -> None:
+    # LangBot's plugin page serves readme/README_<language>.md to a non-English UI, README.md otherwise;
+    # an owner reading it finds a setting on the form by the label the form shows in that language
+    # (issue 34 items 6 and 9: the pages named keys, which the form does not show)
     path = info.directory / readme
     assert path.is_file(), f"{info.dirname}/{readme} is missing"
+    locale = "zh_Hans" if readme.startswith("readme/") else "en_US"
     text = path.read_text(encoding="utf-8")
-    missing = [name for name in _items(info) if not mentions(text, name)]
-    assert missing == [], f"{info.dirname}/{readme} does not mention: {', '.join(missing)}"
+    missing = [f"**{i['label'][locale]}** ({i['name']})" for i in form_fields(info.config_items)
+               if not names_label(text, i["label"][locale])]
+    assert missing == [], f"{info.dirname}/{readme} does not name: {', '.join(missing)}"
 
 
 @pytest.mark.parametrize("readme", README_FILES)
@@ -271,7 +277,7 @@ def test_readme_tables_are_narrow(info: PluginInfo, readme: str) -> None:
     # the plugin page is a narrow pane: at 1440 px a fourth column is already cut off
     path = info.directory / readme
     if not path.is_file():
-        pytest.skip(f"{readme} is missing (reported by test_readme_mentions_every_config_key)")
+        pytest.skip(f"{readme} is missing (reported by test_readme_names_every_field_by_its_label)")
     wide = [(line, cols) for line, cols in markdown_tables(path.read_text(encoding="utf-8"))
             if cols > README_MAX_COLUMNS]
     assert wide == [], f"{info.dirname}/{readme}: tables wider than {README_MAX_COLUMNS} columns at " + ", ".join(
@@ -282,28 +288,54 @@ def test_readme_tables_are_narrow(info: PluginInfo, readme: str) -> None:
 @pytest.mark.parametrize("info", PLUGINS, ids=IDS)
 def test_readme_problems_are_none(info: PluginInfo) -> None:
     # includes: the Chinese page is the whole page translated (same headings), not a summary
-    problems = readme_problems(info.directory, list(_items(info)))
+    problems = readme_problems(info.directory, info.config_items)
     assert problems == [], f"{info.dirname}:\n" + "\n".join(problems)
+
+
+# two fields of a form, as a runner YAML declares them, and a third that no form shows
+_ITEMS = [
+    {"name": "idle-timeout", "type": "float", "label": {"en_US": "Idle timeout (seconds)", "zh_Hans": "空闲超时（秒）"}},
+    {"name": "timeout", "type": "float", "label": {"en_US": "Timeout (seconds)", "zh_Hans": "超时时间（秒）"}},
+    {"name": "advanced-settings", "type": "boolean", "label": {"en_US": "Advanced settings", "zh_Hans": "高级设置"}},
+    {"name": "box-session-id-template", "type": "string",
+     "show_if": {"field": "advanced-settings", "operator": "eq", "value": "never"},
+     "label": {"en_US": "Box session id template (unused)", "zh_Hans": "Box 会话 ID 模板（未使用）"}},
+]
 
 
 def test_readme_checks_catch_the_problems(tmp_path: Path) -> None:
     (tmp_path / "README.md").write_text(
         "# X\n\n## Configuration\n\n| key | type | default | meaning |\n|---|---|---|---|\n"
-        "| `idle-timeout` | float | `30` | x |\n\n```\n| a | b | c | d |\n|---|---|---|---|\n```\n\n"
-        "a | b\n--|--\n",
+        "| **Idle timeout (seconds)** (`idle-timeout`) | float | `30` | x |\n\n```\n| a | b | c | d |\n|---|---|---|---|\n```\n\n"
+        "a | b\n--|--\n\n**Advanced settings**: the `timeout` key.\n",
         encoding="utf-8",
     )
     assert markdown_tables((tmp_path / "README.md").read_text(encoding="utf-8")) == [(5, 4), (14, 2)]
-    assert mentions("`idle-timeout`", "idle-timeout") and not mentions("`idle-timeout`", "timeout")
-    problems = readme_problems(tmp_path, ["idle-timeout", "timeout"])
-    assert any("README.md does not mention the config keys: timeout" in p for p in problems), problems
+    problems = readme_problems(tmp_path, _ITEMS)
+    # issue 34 items 6 and 9: a page that names the key `timeout` but not its label is refused; a
+    # label inside a longer one does not count; the field no form shows needs no name
+    assert [p for p in problems if "does not name" in p] == [
+        "README.md does not name these settings by the label the form shows beside them (en_US), in bold: "
+        "**Timeout (seconds)** (`timeout`)"], problems
     assert any("README.md:5: a table has 4 columns" in p for p in problems), problems
     assert any("readme/README_zh_Hans.md is missing" in p for p in problems), problems
     (tmp_path / "readme").mkdir()
-    (tmp_path / "readme" / "README_zh_Hans.md").write_text("# X\n\n`idle-timeout` `timeout`\n", encoding="utf-8")
-    problems = readme_problems(tmp_path, ["idle-timeout", "timeout"])
+    # the Chinese page names the fields by their English labels: refused, the form there is in Chinese
+    (tmp_path / "readme" / "README_zh_Hans.md").write_text(
+        "# X\n\n**Idle timeout (seconds)** **Timeout (seconds)** **Advanced settings**\n", encoding="utf-8")
+    problems = readme_problems(tmp_path, _ITEMS)
     assert any("has no Chinese text" in p for p in problems), problems
     assert any("translate the whole page" in p for p in problems), problems
+    assert [p for p in problems if "README_zh_Hans.md does not name" in p] == [
+        "readme/README_zh_Hans.md does not name these settings by the label the form shows beside them (zh_Hans), "
+        "in bold: **空闲超时（秒）** (`idle-timeout`), **超时时间（秒）** (`timeout`), **高级设置** (`advanced-settings`)"]
+    (tmp_path / "README.md").write_text("# X\n\n## Configuration\n\n- **Idle timeout (seconds)** (`idle-timeout`)\n"
+                                        "- **Timeout  (seconds)**\n- **Advanced settings**\n", encoding="utf-8")
+    (tmp_path / "readme" / "README_zh_Hans.md").write_text(
+        "# X\n\n## 配置\n\n- **空闲超时（秒）**（`idle-timeout`）\n- **超时时间（秒）**\n- **高级设置**\n", encoding="utf-8")
+    assert readme_problems(tmp_path, _ITEMS) == []
+    assert names_label("**App API key** (`api-key`)", "App API key") and not names_label("App API key", "App API key")
+    assert [i["name"] for i in form_fields(_ITEMS)] == ["idle-timeout", "timeout", "advanced-settings"]
     # issue 34 item 6: LangBot shows the page under its own route (a relative link is its 404 page), and a
     # line break inside a Chinese sentence renders as a stray space
     (tmp_path / "README.md").write_text("# X\n\nSee [the Chinese page](readme/README_zh_Hans.md) or "
@@ -315,6 +347,80 @@ def test_readme_checks_catch_the_problems(tmp_path: Path) -> None:
         "README.md:3: the link to 'readme/README_zh_Hans.md' leads to LangBot's 404 page (the plugin page is shown "
         "under LangBot's own route): link to an https:// address or leave the link out"], problems
     assert [p.split(":")[1] for p in problems if "stray space" in p] == ["3", "6"], problems
+
+
+def test_form_checks_catch_the_problems() -> None:
+    # issue 34 item 8: "claude executable" sat among capitalised labels
+    items = [{"name": "executable", "type": "string", "label": {"en_US": "claude executable", "zh_Hans": "claude 程序"},
+              "options": [{"name": "a", "label": {"en_US": "auto", "zh_Hans": "自动"}}]}]
+    assert config_item_problems(items) == [
+        "config item 'executable': label en_US 'claude executable' starts with a small letter; LangBot's form shows "
+        "labels capitalised",
+        "config item 'executable' option 'a': label en_US 'auto' starts with a small letter; LangBot's form shows "
+        "labels capitalised"]
+    # a show_if that compares a boolean with something else never holds: the field is not on the form
+    assert never_shown(_ITEMS[3], _ITEMS) and not never_shown(_ITEMS[0], _ITEMS)
+    shown_by_choice = {"name": "x", "type": "string", "show_if": {"field": "mode", "operator": "eq", "value": "ask"}}
+    assert not never_shown(shown_by_choice, [*_ITEMS, {"name": "mode", "type": "select"}, shown_by_choice])
+
+
+# the advanced-settings switch (runner_kit.config.ConfigSchema.load ignores an advanced field's stored
+# value while it is off, so a field behind it must be hidden by it too)
+ADVANCED_SHOW_IF = {"field": "advanced-settings", "operator": "eq", "value": True}
+# how many fields the form shows with "Advanced settings" off and every choice at its default: what most
+# owners set to make the plugin work (issue 34 item 8: LocalAgent showed 21, ACP 18, Claude Code and
+# Codex 15). More than BASIC_FIELDS_MAX only where a field cannot move behind Advanced:
+BASIC_FIELDS_MAX = 10
+BASIC_FIELDS_ALLOWED = {
+    # the contract suite (tests/contract/case_acp_agent_runner.py, test_steering.py, test_chat_experience.py)
+    # sets Agent command line, Environment variables, LangBot tools, Messages sent while it works and
+    # Hide reasoning without ticking Advanced settings, as an owner of the 0.3 form did; and an Agent
+    # program of the owner's own is what an agent signs in with (tests/plugins/test_coding_agents_setup.py)
+    "acp-agent-runner": 15,
+    # the contract suite sets Follow-up messages and Hide reasoning without ticking Advanced settings
+    "claude-code-agent": 12,
+    # every field but Thread per is a LangBot 4.10 deerflow-api key: the migration copies its value and
+    # writes no Advanced settings, so a field behind it would lose the migrated value
+    "deerflow-agent": 12,
+}
+
+
+def _visible_basic(items: list[dict]) -> list[str]:
+    defaults = {i["name"]: i.get("default") for i in items}
+
+    def shown(item: dict) -> bool:
+        cond = item.get("show_if")
+        if not cond:
+            return True
+        value, op, want = defaults.get(cond["field"]), cond["operator"], cond["value"]
+        return value == want if op == "eq" else value != want if op == "neq" else value in want
+
+    return [i["name"] for i in items
+            if not i.get("advanced") and i["name"] != "advanced-settings" and shown(i)]
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_advanced_fields_are_hidden_behind_advanced_settings(info: PluginInfo) -> None:
+    items = [i for i in info.config_items if isinstance(i, dict)]
+    names = [i["name"] for i in items]
+    advanced = [i for i in items if i.get("advanced")]
+    if not advanced:
+        return
+    assert "advanced-settings" in names, f"{info.dirname}: advanced fields but no advanced-settings switch"
+    switch = names.index("advanced-settings")
+    wrong = [i["name"] for i in advanced if i.get("show_if") != ADVANCED_SHOW_IF and not never_shown(i, items)]
+    assert wrong == [], f"{info.dirname}: advanced fields not hidden by {ADVANCED_SHOW_IF}: {wrong}"
+    above = [i["name"] for i in advanced if names.index(i["name"]) < switch]
+    assert above == [], f"{info.dirname}: advanced fields above the Advanced settings switch: {above}"
+    below = [i["name"] for i in items[switch + 1:] if not i.get("advanced") and not never_shown(i, items)]
+    assert below == [], f"{info.dirname}: basic fields below the Advanced settings switch: {below}"
+
+
+@pytest.mark.parametrize("info", PLUGINS, ids=IDS)
+def test_the_basic_form_is_short(info: PluginInfo) -> None:
+    shown = _visible_basic([i for i in info.config_items if isinstance(i, dict)])
+    limit = BASIC_FIELDS_ALLOWED.get(info.dirname, BASIC_FIELDS_MAX)
+    assert len(shown) <= limit, f"{info.dirname}: {len(shown)} fields with Advanced settings off: {shown}"
 
 
 @pytest.mark.parametrize("info", PLUGINS, ids=IDS)

@@ -43,7 +43,7 @@ from runner_kit.process import (
     save_attachment,
     workspace_dir,
 )
-from runner_kit.runner import Adapter, RunEnv
+from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter, RunEnv
 from runner_kit.secret_proxy import SecretProxy, mcp_behind
 
 from . import const
@@ -108,22 +108,39 @@ def permission_question(tool: str, tool_input: dict[str, Any], workspace: Path |
                        scope=cs.tool_key(tool, tool_input))
 
 
+# what 0.3.0 stored for a binding nobody touched, where the form's default has changed since: it is
+# still untouched (whose session was the sender; the notice was the English line, now blank = built in)
+FORMER_DEFAULTS = {"user-id-source": "actor", "session-reset-text": DEFAULT_SESSION_RESET_TEXT}
+
+
 def check_setup(raw: Any, schema: ConfigSchema) -> None:
     """Set up by its owner = claude has a credential: ``api-key``, ``auth-token`` or one of the
     credential variables claude reads in ``env`` (a ``CLAUDE_CODE_OAUTH_TOKEN`` from ``claude
     setup-token``, Bedrock or Vertex). claude runs with a private HOME, so there is no other login.
     Without one nothing is written or started: a config LangBot stored untouched (a new pipeline
     bound to this runner with its YAML defaults) gets the "not set up yet" line, any other the
-    missing key."""
+    missing key, together with every other setting it can already tell is wrong (a program that
+    cannot be found, an address that is not one), so the owner fixes them in one go instead of
+    learning of the next only after fixing the first."""
     raw = raw if isinstance(raw, Mapping) else {}
     cfg = schema.load(raw, required=False)
     if str(cfg.get("api-key") or "").strip() or str(cfg.get("auth-token") or "").strip():
         return
     if any(value for name, value in parse_env_setting(cfg.get("env")).items() if name in const.CREDENTIAL_ENV):
         return
-    if schema.untouched(raw):
+    if schema.untouched(raw, former=FORMER_DEFAULTS):
         raise not_set_up(const.PLATFORM)
-    raise RunnerError("config.missing", "config key 'api-key' is required but empty (or set `auth-token`)")
+    problems = ["config key 'api-key' is required but empty (or set `auth-token`)"]
+    try:
+        find_executable(cfg.get("executable"), const.DEFAULT_EXECUTABLE, hint=INSTALL_HINT)
+    except RunnerError as exc:
+        problems.append(exc.message)
+    if raw_url := str(cfg.get("base-url") or "").strip():
+        try:
+            base_url(raw_url, "base-url", suffixes=("/v1/messages", "/v1"), example=const.DEFAULT_API)
+        except RunnerError as exc:
+            problems.append(exc.message)
+    raise RunnerError("config.missing", "; ".join(problems))
 
 
 class ClaudeCodeAdapter(Adapter):

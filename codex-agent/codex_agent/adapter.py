@@ -38,7 +38,7 @@ from runner_kit.process import (
     save_attachment,
     workspace_dir,
 )
-from runner_kit.runner import Adapter, RunEnv
+from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter, RunEnv
 from runner_kit.secret_proxy import SecretProxy, mcp_behind
 
 from . import const
@@ -63,6 +63,11 @@ _ATTACHMENTS = ".langbot-attachments"
 _RESERVED_ENV = frozenset({"PATH", "HOME", "CODEX_HOME", "SHELL", "USER", MCP_TOKEN_ENV})
 
 
+# what 0.3.0 stored for a binding nobody touched, where the form's default has changed since (the
+# notice was the English line, now blank = built in): it is still untouched
+FORMER_DEFAULTS = {"session-reset-text": DEFAULT_SESSION_RESET_TEXT}
+
+
 def check_setup(raw: Any, schema: ConfigSchema) -> None:
     """Set up by its owner = ``api-key`` is set (codex always talks to the configured model API
     with it; it runs with a private CODEX_HOME, so there is no other login). A config LangBot
@@ -70,7 +75,7 @@ def check_setup(raw: Any, schema: ConfigSchema) -> None:
     absent) gets the "not set up yet" line before anything is written or started; any other config
     without the key fails as the schema says (``config key 'api-key' is required``)."""
     raw = raw if isinstance(raw, Mapping) else {}
-    if not str(raw.get("api-key") or "").strip() and schema.untouched(raw):
+    if not str(raw.get("api-key") or "").strip() and schema.untouched(raw, former=FORMER_DEFAULTS):
         raise not_set_up(const.PLATFORM)
 
 

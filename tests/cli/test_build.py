@@ -31,7 +31,7 @@ FAKE_CLI = ROOT / "tests" / "fakes" / "cli"
 DEAD_END_CONFIG: dict[str, dict[str, Any]] = {
     "DifyAgent": {"api-key": "app-isolation-test"},
     "ClaudeCodeAgent": {"executable": str(FAKE_CLI / "fake_claude.py"), "api-key": "sk-isolation-test",
-                        "max-retries": 0, "langbot-tools": False},
+                        "advanced-settings": True, "max-retries": 0, "langbot-tools": False},
     "ACPRunner": {"provider": "codex", "command": f"{sys.executable} {FAKE_CLI / 'acp_agent.py'}",
                   "api-key": "sk-isolation-test", "langbot-tools": False},
     "CodexAgent": {"executable": str(FAKE_CLI / "fake_codex.py"), "advanced-settings": True, "max-retries": 0,

@@ -394,7 +394,7 @@ def test_chat_local_agent_compacts_a_long_conversation(local_llm, tmp_path: Path
     proc = subprocess.run(
         [*_runners(), "chat", "local-agent", "--llm-base-url", local_llm.base_url, "--llm-api-key", LLM_KEY,
          "--llm-model", "gpt-fake", "--state", str(tmp_path / "s.sqlite"),
-         "--set", "context-window-tokens=1400", "--set", "context-reserve-tokens=200",
+         "--set", "advanced-settings=true", "--set", "context-window-tokens=1400", "--set", "context-reserve-tokens=200",
          "--set", "context-keep-recent-tokens=300", "--set", "context-summary-tokens=256"],
         input=turns, capture_output=True, text=True, timeout=120, cwd=str(ROOT),
         env={k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")})

@@ -61,8 +61,9 @@ def test_new_plugin_has_its_page_in_both_languages(tmp_path):
     assert keys, "the scaffolded runner YAML declares no config"
     for readme in README_FILES:
         assert (path / readme).is_file(), readme
-    # both pages exist, name every scaffolded key, keep tables narrow, and share the same sections
-    assert readme_problems(path, keys) == []
+    # both pages exist, name every field of the scaffolded form by its label in the page's language,
+    # keep tables narrow, and share the same sections
+    assert readme_problems(path, info.config_items) == []
     assert "Acme" in (path / "readme" / "README_zh_Hans.md").read_text(encoding="utf-8")
 
 

@@ -46,7 +46,8 @@ class ClaudeModelAPI(AgentModelAPI):
 
 
 def config(srv: ClaudeModelAPI, key: str = KEY) -> dict[str, Any]:
-    return {"executable": FAKE_CLAUDE, "base-url": srv.anthropic_base_url(), "api-key": key}
+    # each member their own session, so the contract's per-person cases (identity, two bots) apply
+    return {"executable": FAKE_CLAUDE, "base-url": srv.anthropic_base_url(), "api-key": key, "user-id-source": "actor"}
 
 
 def start() -> ClaudeModelAPI:

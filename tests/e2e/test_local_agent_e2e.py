@@ -492,7 +492,8 @@ def test_a_summary_checkpoint_carries_the_conversation_into_the_next_run(
     llm.responder = answer
     llm.tool_when = llm.fail_when = None  # no note may turn into a tool call or a failure
     config = agent_config(model, tools=[weather_tool.name], **{
-        "date-grounding": False, "context-window-tokens": COMPACT_WINDOW, "context-reserve-tokens": COMPACT_RESERVE,
+        "advanced-settings": True, "date-grounding": False, "context-window-tokens": COMPACT_WINDOW,
+        "context-reserve-tokens": COMPACT_RESERVE,
         "context-keep-recent-tokens": COMPACT_KEEP, "context-summary-tokens": COMPACT_SUMMARY})
     pipeline = host.create_pipeline(f"e2e-local-compact-{uuid.uuid4().hex[:6]}", config, RUNNER_ID)
 

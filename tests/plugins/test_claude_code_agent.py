@@ -84,7 +84,7 @@ async def test_ok_text_streams_token_by_token(api, host):
     [req] = api.model_requests()
     assert req.headers["x-api-key"] == KEY and req.body["stream"] is True
     assert req.body["messages"][-1]["content"] == [{"type": "text", "text": "hello"}]
-    assert state_updates(results) == {stored_key("claude_code.session_id"): sessions(api)[0]}
+    assert state_updates(results) == {stored_key("claude_code.session_id"): sessions(api)[0]}  # config: actor
     assert not await no_children()
 
 
@@ -208,6 +208,26 @@ async def test_missing_executable_and_missing_key_are_explained(api, host):
     assert not api.model_requests()
 
 
+async def test_a_binding_without_a_key_names_every_problem_it_can_see_at_once(api, host):
+    # issue 34 item 8: with no key and a wrong program, the chat named the key only; the program was
+    # reported after the owner had set the key and tried again. Now one message names everything
+    # the binding already gets wrong, and nothing is started.
+    cfg = {**config(api), "api-key": "", "executable": "/nonexistent/claude", "base-url": "api.anthropic.com"}
+    results = await run(make_runner(PLUGIN, host), host, config=cfg)
+    code, _, message = failure(results)
+    assert code == "config.missing"
+    assert "'api-key' is required but empty" in message
+    assert "/nonexistent/claude is not an executable file" in message
+    assert "'base-url' must be an http(s) address" in message
+    chat = final_text(results)
+    assert "API key" in chat and "Claude Code program" in chat and "Model API base URL" in chat, chat
+    # a program that is fine is not named; a key that is set leaves the program to the start
+    cfg = {**config(api), "api-key": ""}
+    code, _, message = failure(await run(make_runner(PLUGIN, host), host, config=cfg))
+    assert code == "config.missing" and "executable" not in message and "base-url" not in message
+    assert not api.model_requests()
+
+
 @pytest.mark.parametrize("suffix", ["", "/", "/v1", "/v1/", "/v1/messages"])
 async def test_base_url_as_pasted(api, host, suffix):
     cfg = {**config(api), "base-url": api.anthropic_base_url() + suffix}
@@ -320,7 +340,7 @@ async def test_langbot_tools_reach_claude_as_a_private_mcp_config(api, host, ena
     api.tool_command = ("args=$(tr '\\0' '\\n' < /proc/$PPID/cmdline); echo \"$args\"; "
                         "f=$(echo \"$args\" | grep -A1 -x -- --mcp-config | tail -n +2); "
                         "[ -n \"$f\" ] && stat -c 'MODE %a' \"$f\" && cat \"$f\"")
-    cfg = {**config(api), "permission-mode": "full-access", "langbot-tools": enabled}
+    cfg = {**config(api), "permission-mode": "full-access", "advanced-settings": True, "langbot-tools": enabled}
     results = await run(make_runner(PLUGIN, host), host, config=cfg)
     [done] = tools(results, "completed")
     out = (done.get("result") or {}).get("output") or done.get("error") or ""

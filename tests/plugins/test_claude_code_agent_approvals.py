@@ -220,7 +220,9 @@ async def test_someone_else_cannot_answer_and_the_question_stays_open(api, host,
     ws = tmp_path / "ws"
     runner = make_runner(PLUGIN, host)
     other = Identity(actor_id="u-2", actor_name="Mallory")
-    ctx = host.make_context("make a file", steering=True, config=ask_config(api, ws))
+    # whose session: the sender (the default is the conversation, where Mallory's message would be
+    # kept for the shared session instead)
+    ctx = host.make_context("make a file", steering=True, config=ask_config(api, ws, **{"user-id-source": "actor"}))
     # Mallory's "allow" is no answer to Alice's question: it is her own message, answered after
     # Alice's turn in Mallory's own session (whose agent then asks Mallory, who says no)
     out = await drive(runner, host, ctx, [("allow", other), "allow", ("deny", other)])

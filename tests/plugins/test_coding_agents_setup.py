@@ -103,6 +103,26 @@ async def test_an_acp_pipeline_stored_by_the_older_plugin_with_codex_preselected
     assert spawned == [] and not data.exists()
 
 
+@pytest.mark.parametrize(("plugin", "former"), [
+    # issue 34 item 8: Claude Code's whose-session default went from the sender to the conversation,
+    # as in ACP and Codex; and every notice from the English line to blank (the built-in line)
+    ("claude-code-agent", {"user-id-source": "actor",
+                           "session-reset-text": "(The previous conversation could not be continued, so this "
+                                                 "reply starts a new one.)"}),
+    ("codex-agent", {"session-reset-text": "(The previous conversation could not be continued, so this reply "
+                                           "starts a new one.)"}),
+])
+async def test_a_binding_stored_by_the_older_plugin_is_still_untouched(plugin, former, spawned, data):
+    host, runner = host_and_runner(plugin)
+    config = stored_untouched(plugin, **former)
+    assert any(config[k] != item.get("default") for item in INFO[plugin].config_items
+               for k in former if item["name"] == k), "the form's default has changed since"
+    results = await run(runner, host, config=config)
+    assert failure(results)[0] == "config.missing"
+    assert messages(results) == [line(plugin)]
+    assert spawned == [] and not data.exists()
+
+
 def test_the_acp_form_preselects_no_agent():
     (provider,) = [i for i in INFO["acp-agent-runner"].config_items if i["name"] == "provider"]
     assert provider.get("required") is True and provider.get("default") is None

@@ -112,6 +112,10 @@ async def test_conversation_mode_shares_one_workspace_and_the_form_says_so(api, 
 # --- "allow for this session": per agent session --------------------------------------------------
 
 
+# each member's own agent session (Claude Code's default, like ACP's and Codex's, is the conversation's)
+ACTOR = {"user-id-source": "actor"}
+
+
 def ask_cfg(srv, api_key, **extra) -> dict[str, Any]:
     return agent_config(CLAUDE, srv, api_key, **{"permission-mode": "ask", **extra})
 
@@ -124,7 +128,7 @@ async def typed(runner, host, cfg, who: Identity, answers: list[Any], text: str 
 async def test_actor_mode_alices_always_does_not_cover_bobs_command(api, key):
     host = new_host(CLAUDE)
     runner = make_runner(CLAUDE, host)
-    cfg = ask_cfg(api, key)
+    cfg = ask_cfg(api, key, **ACTOR)
     api.tool_command = "touch made.txt"
     a = await typed(runner, host, cfg, ALICE, ["always"])
     assert len(questions(a)) == 1
@@ -141,7 +145,7 @@ async def test_actor_mode_bobs_always_does_not_make_alice_forget_hers(api, key):
     Alice's. Now kept beside each session's id.)"""
     host = new_host(CLAUDE)
     runner = make_runner(CLAUDE, host)
-    cfg = ask_cfg(api, key)
+    cfg = ask_cfg(api, key, **ACTOR)
     api.tool_command = "touch made.txt"
     await typed(runner, host, cfg, ALICE, ["always"])
     b = await typed(runner, host, cfg, BOB, [("always", BOB)])
@@ -196,7 +200,7 @@ def click(host, cfg, who: Identity, req: dict[str, Any], action: str):
 async def test_bob_cannot_approve_or_widen_alices_parked_question(api, key, handovers):
     host = new_host(CLAUDE)
     runner = make_runner(CLAUDE, host)
-    cfg = ask_cfg(api, key)
+    cfg = ask_cfg(api, key, **ACTOR)
     api.tool_command = "touch made.txt"
     req = await park_alices_question(runner, host, cfg)
 
@@ -233,7 +237,7 @@ async def test_an_approvers_always_is_remembered_for_the_session_that_asked(api,
     Bob's next message got "could not be continued" and lost his own conversation.)"""
     host = new_host(CLAUDE)
     runner = make_runner(CLAUDE, host)
-    cfg = ask_cfg(api, key, approvers="bob")
+    cfg = ask_cfg(api, key, approvers="bob", **ACTOR)
     # Bob has his own conversation with the agent first
     api.tool_command = None
     secret_word = "bobword-" + secrets.token_hex(4)

@@ -138,7 +138,7 @@ async def test_request_shape(host, runner, srv):
     srv.api_keys.add(TOKEN)
     ident = Identity(actor_id="alice", conversation_id="c-1")
     results = await run(runner, host, "hello there", identity=ident,
-                        config=cfg(srv, **{"api-key": TOKEN, "org-id": "org-9"}))
+                        config=cfg(srv, **{"api-key": TOKEN, "advanced-settings": True, "org-id": "org-9"}))
     assert rtype(terminal(results)) == "run.completed"
     (req,) = srv.find_requests("POST", "/stream_run")
     body = req.json()
@@ -151,8 +151,8 @@ async def test_request_shape(host, runner, srv):
 
 
 async def test_user_id_header_can_be_renamed_or_left_out(host, runner, srv):
-    await run(runner, host, config=cfg(srv, **{"user-id-header": "X-Current-User-Id"}))
-    await run(runner, host, config=cfg(srv, **{"user-id-header": ""}))
+    await run(runner, host, config=cfg(srv, **{"advanced-settings": True, "user-id-header": "X-Current-User-Id"}))
+    await run(runner, host, config=cfg(srv, **{"advanced-settings": True, "user-id-header": ""}))
     a, b = srv.find_requests("POST", "/stream_run")
     assert a.headers.get("x-current-user-id") and "x-licos-current-user-id" not in a.headers
     assert "x-current-user-id" not in b.headers and "x-licos-current-user-id" not in b.headers

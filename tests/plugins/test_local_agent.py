@@ -45,8 +45,9 @@ def host(fake):
 
 
 def cfg(**over: Any) -> dict[str, Any]:
+    # the date and the context knobs the tests set are advanced settings: applied only with the switch on
     base: dict[str, Any] = {"model": {"primary": "m-main", "fallbacks": []}, "enable-all-tools": True,
-                            "date-grounding": False}
+                            "advanced-settings": True, "date-grounding": False}
     base.update(over)
     return base
 
