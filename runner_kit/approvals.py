@@ -38,7 +38,7 @@ from . import events as ev
 from . import sessions
 from .channel import Channel
 from .logs import get_logger
-from .texts import ZH, current, t
+from .texts import current, t
 
 log = get_logger("runner_kit.approvals")
 
@@ -128,7 +128,7 @@ class Question:
         keys = self.remembers()
         if not keys:
             return None
-        return cs.label_zh(*keys) if current() == ZH else cs.label(*keys)
+        return cs.label(*keys, language=current())
 
 
 def _keys(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -307,7 +307,7 @@ def question_text(agent: str, q: Question, *, who: str | None = None) -> str:
         covered = cs.what(q.remembers())
         if covered is not None:
             lines.append(f"Reply allow (once), always (allow {covered} for this session) or deny (a reason "
-                         f"may follow). / 回复 允许、总是允许（本次会话内允许{cs.what_zh(q.remembers())}）或 拒绝（可附理由）。")
+                         f"may follow). / 回复 允许、总是允许（本次会话内允许{cs.what(q.remembers(), 'zh')}）或 拒绝（可附理由）。")
         else:
             lines.append("Reply allow (once) or deny (a reason may follow); this cannot be allowed for the "
                          "whole session. / 回复 允许 或 拒绝（可附理由）。")

@@ -439,9 +439,34 @@ def covers(remembered: str, asked: str) -> bool:
 # --- what the chat is told ---------------------------------------------------------------------
 
 
-def what(keys: Iterable[str]) -> str | None:
+# what "allow for this session" covers, in words, per language (en, zh)
+_SAID: dict[str, dict[str, str]] = {
+    "en": {"cmd": "this exact command", "prefix": "commands starting with `{b}`", "tool": "this exact request",
+           "files": "these file changes ({x})", "sep": ", ", "other": "these requests",
+           "move": "moving {a} to {b}", "edit": "editing {p}", "delete": "deleting {p}",
+           "none": "Allow for this session", "label": "Allow {what} for this session",
+           "short-cmd": "Allow this exact command for this session",
+           "short-prefix": "Allow commands starting with the words asked for this session",
+           "short-files": "Allow these file changes for this session",
+           "short-file": "Allow this file change for this session",
+           "short-other": "Allow this exact request for this session"},
+    "zh": {"cmd": "这条命令（原样）", "prefix": "以 `{b}` 开头的命令", "tool": "这个请求（原样）",
+           "files": "这些文件改动（{x}）", "sep": "、", "other": "这些请求",
+           "move": "把 {a} 移到 {b}", "edit": "编辑 {p}", "delete": "删除 {p}",
+           "none": "本次会话内允许", "label": "本次会话内允许：{what}",
+           "short-cmd": "本次会话内允许这条命令（原样）",
+           "short-prefix": "本次会话内允许以所问的词开头的命令",
+           "short-files": "本次会话内允许这些文件改动",
+           "short-file": "本次会话内允许这项文件改动",
+           "short-other": "本次会话内允许这个请求（原样）"},
+}
+
+
+def what(keys: Iterable[str], language: str = "en") -> str | None:
     """What "allow for this session" on these keys covers, in words ("`git status`", "commands
-    starting with `git status`", "editing src/app.py"); None when there is nothing to remember."""
+    starting with `git status`", "editing src/app.py"; ``language`` "zh": in Chinese); None when
+    there is nothing to remember."""
+    said = _SAID.get(language, _SAID["en"])
     keys = list(keys)
     parts = [split(k) for k in keys]
     if not parts or any(p is None for p in parts):
@@ -450,84 +475,38 @@ def what(keys: Iterable[str]) -> str | None:
     if len(found) == 1:
         kind, body = found[0]
         if kind == CMD:
-            return f"`{body}`" if is_simple(body) and "`" not in body else "this exact command"
+            return f"`{body}`" if is_simple(body) and "`" not in body else said["cmd"]
         if kind == PREFIX:
-            return f"commands starting with `{body}`"
+            return said["prefix"].format(b=body)
         if kind == TOOL:
-            return "this exact request"
-        return _file_words(kind, body)
+            return said["tool"]
+        return _file_words(kind, body, said)
     if all(k in FILE_KINDS for k, _ in found):
-        return "these file changes (" + ", ".join(_file_words(k, b) for k, b in found) + ")"
-    return "these requests"
+        return said["files"].format(x=said["sep"].join(_file_words(k, b, said) for k, b in found))
+    return said["other"]
 
 
-def _file_words(kind: str, body: str) -> str:
+def _file_words(kind: str, body: str, said: dict[str, str]) -> str:
     if kind == MOVE:
         a, b = json.loads(body)
-        return f"moving {visible(a)} to {visible(b)}"
-    return f"{'editing' if kind == EDIT else 'deleting'} {visible(body)}"
+        return said["move"].format(a=visible(a), b=visible(b))
+    return said["edit" if kind == EDIT else "delete"].format(p=visible(body))
 
 
-def what_zh(keys: Iterable[str]) -> str | None:
-    """:func:`what` in Chinese."""
-    keys = list(keys)
-    parts = [split(k) for k in keys]
-    if not parts or any(p is None for p in parts):
-        return None
-    found = [p for p in parts if p is not None]
-    if len(found) == 1:
-        kind, body = found[0]
-        if kind == CMD:
-            return f"`{body}`" if is_simple(body) and "`" not in body else "这条命令（原样）"
-        if kind == PREFIX:
-            return f"以 `{body}` 开头的命令"
-        if kind == TOOL:
-            return "这个请求（原样）"
-        return _file_words_zh(kind, body)
-    if all(k in FILE_KINDS for k, _ in found):
-        return "这些文件改动（" + "、".join(_file_words_zh(k, b) for k, b in found) + "）"
-    return "这些请求"
-
-
-def _file_words_zh(kind: str, body: str) -> str:
-    if kind == MOVE:
-        a, b = json.loads(body)
-        return f"把 {visible(a)} 移到 {visible(b)}"
-    return f"{'编辑' if kind == EDIT else '删除'} {visible(body)}"
-
-
-def label_zh(*keys: str) -> str:
-    """:func:`label` in Chinese: 本次会话内允许：<what it covers>, shortened as the English one is."""
-    said = what_zh(keys)
-    if said is None:
-        return "本次会话内允许"
-    text = f"本次会话内允许：{said}"
-    if len(text) <= LABEL_LIMIT:
-        return text
-    kinds = {k for k, _ in (split(k) or ("", "") for k in keys)}
-    if kinds == {CMD}:
-        return "本次会话内允许这条命令（原样）"
-    if kinds == {PREFIX}:
-        return "本次会话内允许以所问的词开头的命令"
-    if kinds <= set(FILE_KINDS):
-        return "本次会话内允许这些文件改动" if len(keys) > 1 else "本次会话内允许这项文件改动"
-    return "本次会话内允许这个请求（原样）"
-
-
-def label(*keys: str) -> str:
+def label(*keys: str, language: str = "en") -> str:
     """The "allow for this session" button for these keys, short enough for every platform."""
-    said = what(keys)
-    if said is None:
-        return "Allow for this session"
-    text = f"Allow {said} for this session"
+    said = _SAID.get(language, _SAID["en"])
+    covered = what(keys, language)
+    if covered is None:
+        return said["none"]
+    text = said["label"].format(what=covered)
     if len(text) <= LABEL_LIMIT:
         return text
     kinds = {k for k, _ in (split(k) or ("", "") for k in keys)}
     if kinds == {CMD}:
-        return "Allow this exact command for this session"
+        return said["short-cmd"]
     if kinds == {PREFIX}:
-        return "Allow commands starting with the words asked for this session"
+        return said["short-prefix"]
     if kinds <= set(FILE_KINDS):
-        return "Allow these file changes for this session" if len(keys) > 1 else \
-            "Allow this file change for this session"
-    return "Allow this exact request for this session"
+        return said["short-files"] if len(keys) > 1 else said["short-file"]
+    return said["short-other"]
