@@ -261,7 +261,11 @@ class N8nAdapter(Adapter):
             content = obj.get("content")
             text: str | None
             usage: ev.Usage | None
-            if isinstance(content, str) and content and content[0] not in _MAYBE_JSON:
+            # a string is text: a model's tokens ("[1]", '{"a": 1}') are never parsed. Only the first
+            # item of its node's group may be a Respond to Webhook node's whole JSON body (which n8n
+            # streams as one item, its body as a JSON string: fixtures/real-peers/n8n/02)
+            first = st.first_item()
+            if isinstance(content, str) and content and (not first or content[0] not in _MAYBE_JSON):
                 text, usage = content, None
             else:
                 text, usage = self._content(content)
@@ -290,6 +294,7 @@ class N8nAdapter(Adapter):
         if kind == "begin":
             st.open[key] = node or "?"
             st.groups += 1
+            st.items = 0
             st.new_group = True
             return []
         if kind == "end":
@@ -309,7 +314,8 @@ class N8nAdapter(Adapter):
                     doc = json.loads(content)
                 except ValueError:
                     return content, None
-                if isinstance(doc, (dict, list)):
+                # a body is an object, or a list of objects (all incoming items); "[1]" is text
+                if isinstance(doc, dict) or (isinstance(doc, list) and doc and all(isinstance(x, dict) for x in doc)):
                     text, usage = self._answer(doc)
                     if text is not None or usage is not None:
                         return text, usage
@@ -409,13 +415,19 @@ class N8nAdapter(Adapter):
 
 
 class _StreamState:
-    __slots__ = ("groups", "new_group", "open", "text")
+    __slots__ = ("groups", "items", "new_group", "open", "text")
 
     def __init__(self) -> None:
         self.groups = 0  # begin items seen
+        self.items = 0  # items since the last begin
         self.new_group = False  # a begin arrived since the last text
         self.open: dict[tuple[Any, Any, Any], str] = {}  # groups begun and not ended -> node name
         self.text = False  # any answer text sent
+
+    def first_item(self) -> bool:
+        """Whether this item is the first since its group began (or of a stream without groups)."""
+        self.items += 1
+        return self.items == 1
 
 
 def _streamed(head: bytes, *, complete: bool) -> bool:

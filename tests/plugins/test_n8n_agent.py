@@ -61,6 +61,21 @@ async def test_ok_text_streams_and_sends_the_request_n8n_expects(srv, host, runn
     assert req.headers["content-type"] == "application/json"
 
 
+@pytest.mark.parametrize("tokens", [
+    ["[1]", " and ", "[2, 3]", ". Config: ", '{"message": "hi"}'],
+    ["Answer", ": ", '{"output": "x"}', " and ", '[{"text": "y"}]'],
+    ["[1]", " is the first reference."],
+])
+async def test_a_model_whose_tokens_look_like_json_is_shown_as_it_wrote(srv, host, runner, tokens):
+    """Issue 33 item 2: a streamed token that happens to be valid JSON ("[1]", '{"message": "hi"}')
+    was parsed and rewritten ("1 and2\n\n3. Config: hi"). Only n8n's envelope is JSON; an item's
+    content is text, except a Respond to Webhook node's whole body (tests/plugins: the real n8n
+    transcript 02, where it is the group's one item)."""
+    srv.answer_tokens = tokens
+    results = await run(runner, host, "hello", config=cfg(srv))
+    assert final_text(results) == "".join(tokens)
+
+
 async def test_ok_tool_agent_with_tool_calls_streams_only_its_answer(srv, host, runner):
     """n8n's stream carries no tool events: an agent that used a tool runs its model twice, and only
     the answer text reaches the webhook. Nothing is invented for the tool."""
