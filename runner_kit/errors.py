@@ -125,16 +125,20 @@ def html_hint(status: int, platform: str, base_hint: str, what: str = "API") -> 
 
 # --- redaction -------------------------------------------------------------------------------
 
+# a value that is a word of a sentence ("InvalidApiKey: Invalid API-key provided", "Bearer
+# authentication required") is not a secret: one run of letters followed by another word
+_PROSE = r"(?![A-Za-z]{1,24}[ \t]+[A-Za-z(])"
+
 # (pattern, keep group 1 as a visible prefix)
 _PATTERNS: list[tuple[re.Pattern[str], bool]] = [
     # Authorization headers, with or without a scheme word
     (re.compile(r"(?i)(authorization[\"']?\s*[:=]\s*[\"']?(?:bearer\s+|basic\s+|token\s+)?)[^\s,;\"']+"), True),
-    (re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}"), True),
+    (re.compile(rf"(?i)(bearer\s+){_PROSE}[A-Za-z0-9._~+/=-]{{6,}}"), True),
     # key=value / key: value style secrets in URLs, query strings, headers and logs
     (
         re.compile(
             r"(?i)((?:api[-_]?key|x-api-key|access[-_]?token|token|secret|password|passwd)[\"'`]?\s*[=:]\s*[\"'`]?)"
-            r"[^\s&,;\"'`]+"
+            + _PROSE + r"[^\s&,;\"'`]+"
         ),
         True,
     ),

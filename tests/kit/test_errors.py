@@ -43,6 +43,29 @@ def test_redaction_patterns(text):
         assert secret not in out
 
 
+@pytest.mark.parametrize("text", [
+    "DashScope error HTTP 401 InvalidApiKey: Invalid API-key provided.",
+    "InvalidToken: the token has expired",
+    "x-api-key: missing header",
+    "Bearer authentication required",
+])
+def test_words_after_a_secret_name_are_not_taken_for_a_secret(text):
+    """Issue 33 item 16: DashScope's wrong-key message read "InvalidApiKey: *** API-key provided.":
+    the redactor took the sentence's next word for a key. Values are redacted, not the words around."""
+    assert Redactor()(text) == text
+
+
+@pytest.mark.parametrize("text, secret", [
+    ("api-key: Zq81kLmNopQr77 was refused", "Zq81kLmNopQr77"),
+    ("password: hunter2 ok", "hunter2"),
+    ("token=abc123def", "abc123def"),
+    ("secret: plainword", "plainword"),
+    ("Authorization: Bearer abcdefghij more", "abcdefghij"),
+])
+def test_a_value_beside_a_secret_name_is_still_redacted(text, secret):
+    assert secret not in Redactor()(text)
+
+
 def test_known_secret_values_removed_and_text_kept():
     r = Redactor(["my-plain-secret"])
     assert r("failed with my-plain-secret in url") == "failed with *** in url"
