@@ -404,6 +404,12 @@ class FakeWeKnora(PlatformFake):
     async def _tool_step(self, s: SimpleNamespace, resp: Response, run: _Run) -> bool:
         call_id = str(uuid.uuid4())
         args = {"query": "comet tail", "knowledge_base_ids": ["kb-1"]}
+        # two tool_call events per call, as the real server sends them (Tencent/WeKnora @412dcc41,
+        # internal/agent/think.go: a "<id>-tool-call-pending" event without arguments while the model
+        # still streams the call; internal/agent/act.go: "<id>-tool-hint" with them when it runs;
+        # agent_stream_handler.go handleToolCall turns each into a tool_call with data.arguments)
+        await self._send(s, resp, "tool_call", "Calling tool: knowledge_search",
+                         data={"tool_name": "knowledge_search", "arguments": None, "tool_call_id": call_id})
         await self._send(s, resp, "tool_call", "Calling tool: knowledge_search",
                          data={"tool_name": "knowledge_search", "arguments": args, "tool_call_id": call_id})
         if s.approval or s.oauth:

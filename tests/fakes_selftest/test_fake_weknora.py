@@ -84,11 +84,14 @@ async def test_agent_chat_tools_thinking_and_trailing_title(client, srv):
     sid = r.json()["data"]["id"]  # no title: WeKnora sends one after complete
     events = parse((await client.post(f"/agent-chat/{sid}", json={"query": "hi", "agent_enabled": True})).content)
     kinds = [e["response_type"] for e in events]
-    assert kinds[:3] == ["agent_query", "tool_call", "tool_result"]
-    assert kinds[3:7] == ["thinking", "answer", "thinking", "answer"], "thinking interleaves with the answer"
+    # each call announced twice, as the real server does: pending (no arguments), then with them
+    assert kinds[:4] == ["agent_query", "tool_call", "tool_call", "tool_result"]
+    assert kinds[4:8] == ["thinking", "answer", "thinking", "answer"], "thinking interleaves with the answer"
     assert kinds[-2:] == ["complete", "session_title"]
-    call = events[1]["data"]
-    assert call["tool_name"] == "knowledge_search" and call["tool_call_id"] == events[2]["data"]["tool_call_id"]
+    pending, call = events[1]["data"], events[2]["data"]
+    assert pending["arguments"] is None and call["arguments"]["query"]
+    assert call["tool_name"] == "knowledge_search" and call["tool_call_id"] == events[3]["data"]["tool_call_id"]
+    assert pending["tool_call_id"] == call["tool_call_id"]
     assert "usage" in events[-2]
 
 
@@ -153,8 +156,8 @@ async def test_approval_waits_until_stopped(client, srv):
     events = parse((await client.post(f"/agent-chat/{sid}", json={"query": "x", "agent_enabled": True})).content)
     await task
     kinds = [e["response_type"] for e in events]
-    assert kinds == ["agent_query", "tool_call", "tool_approval_required", "stop"]
-    assert events[2]["data"]["mcp_tool_name"] == "delete_file"
+    assert kinds == ["agent_query", "tool_call", "tool_call", "tool_approval_required", "stop"]
+    assert events[3]["data"]["mcp_tool_name"] == "delete_file"
 
 
 async def test_direct_principal_scopes_sessions_per_external_user(client, srv):

@@ -74,7 +74,23 @@ async def test_ok_tool_agent_chat_request_and_steps(srv, host, runner):
     assert body["knowledge_base_ids"] == ["kb-1", "kb-2"] and body["web_search_enabled"] is True
     kinds = [rtype(r) for r in results]
     assert kinds.index("tool.call.started") < kinds.index("tool.call.completed")
+    # issue 33 item 9: the real server announces each call twice (first without arguments): one start
+    (started,) = [r for r in results if rtype(r) == "tool.call.started"]
+    assert started.data["parameters"] == {"query": "comet tail", "knowledge_base_ids": ["kb-1"]}
     assert final_text(results) == "<think>\nSearch first.\n</think>\nHello, world!"
+
+
+async def test_a_tool_call_announced_only_as_pending_is_started_once_when_its_result_comes():
+    from weknora_agent.adapter import WeKnoraAdapter, _State
+
+    st = _State()
+    adapter = WeKnoraAdapter.__new__(WeKnoraAdapter)
+    pending = {"response_type": "tool_call", "content": "Calling tool: grep", "done": False,
+               "data": {"tool_name": "grep", "arguments": None, "tool_call_id": "t1"}}
+    result = {"response_type": "tool_result", "content": "3 lines", "done": False,
+              "data": {"tool_name": "grep", "success": True, "tool_call_id": "t1"}}
+    events = [*await adapter._map(pending, st), *await adapter._map(result, st)]
+    assert [type(e).__name__ for e in events] == ["ToolStarted", "ToolCompleted"]
 
 
 async def test_ok_usage_when_a_server_sends_it(srv, host, runner):

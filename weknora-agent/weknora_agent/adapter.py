@@ -224,15 +224,28 @@ class WeKnoraAdapter(Adapter):
             if content and not (st.answer_text and not st.after_tool):
                 out.append(ev.Think(content))
         elif kind == "tool_call":
+            # WeKnora announces each call twice: first without arguments while the model still writes
+            # it ("pending"), then with them when it runs. One start, with the arguments; a call whose
+            # second event never comes is started when its result arrives
             st.after_tool = True
             call_id = str(meta.get("tool_call_id") or data.get("id") or len(st.tools))
             name = str(meta.get("tool_name") or "tool")
-            st.tools[call_id] = name
-            out.append(ev.ToolStarted(call_id=call_id, name=name, parameters=tool_input(meta.get("arguments"))))
+            args = meta.get("arguments")
+            if call_id in st.started:
+                pass
+            elif not args and call_id not in st.tools:
+                st.tools[call_id] = name  # pending
+            else:
+                st.tools[call_id] = name
+                st.started.add(call_id)
+                out.append(ev.ToolStarted(call_id=call_id, name=name, parameters=tool_input(args)))
         elif kind == "tool_result" or (kind == "error" and meta.get("tool_call_id")):
             # a failed tool is sent as an "error" with the tool's ids; the agent carries on
             call_id = str(meta.get("tool_call_id") or "")
             name = str(meta.get("tool_name") or st.tools.get(call_id) or "tool")
+            if call_id not in st.started:  # announced only as pending (or not at all)
+                st.started.add(call_id)
+                out.append(ev.ToolStarted(call_id=call_id, name=name))
             if kind == "error" or meta.get("success") is False:
                 failed = content or str(meta.get("error") or "the tool failed")
                 out.append(ev.ToolCompleted(call_id=call_id, name=name, error=failed[:500]))
@@ -289,7 +302,8 @@ class WeKnoraAdapter(Adapter):
 
 
 class _State:
-    __slots__ = ("after_tool", "answer_done", "answer_text", "finished", "references", "seen", "tools", "usage")
+    __slots__ = ("after_tool", "answer_done", "answer_text", "finished", "references", "seen", "started", "tools",
+                 "usage")
 
     def __init__(self) -> None:
         self.after_tool = False  # a tool step came since the last answer text
@@ -298,7 +312,8 @@ class _State:
         self.finished = False
         self.references: dict[str, dict[str, Any]] = {}  # one per document, in first-cited order
         self.seen = False
-        self.tools: dict[str, str] = {}
+        self.tools: dict[str, str] = {}  # call id -> tool name, announced
+        self.started: set[str] = set()  # call ids whose start was reported
         self.usage: ev.Usage | None = None
 
     def add_reference(self, ref: dict[str, Any]) -> None:
