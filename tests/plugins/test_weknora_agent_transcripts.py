@@ -200,9 +200,14 @@ async def test_answer_done_then_body_end_without_complete_is_a_full_answer():
     assert final_text(results) == "彗尾背向太阳。" + REFERENCES
 
 
-async def test_agent_preamble_and_final_answer_are_separate_paragraphs():
+async def test_an_agent_rounds_preamble_is_retracted_when_it_calls_a_tool():
+    """Issue 33 item 8: answer text streamed before a tool call is that round's preamble; WeKnora's
+    server drops it from the stored answer and its web UI retracts it, so the chat does too: the
+    person saw "Let me look that up." while the tool ran, and the answer alone stays."""
     results, _ = await replay("preamble.sse", route=AGENT, **{"app-type": "agent"})
-    assert final_text(results) == "Let me look that up.\n\nComet C/2026 A1 is visible in December."
+    shown = deltas(results)
+    assert any("Let me look that up." in d for d in shown), "streamed while the model wrote it"
+    assert final_text(results) == "Comet C/2026 A1 is visible in December."
     (started,) = tools(results, "started")
     assert started["parameters"] == {"query": "comet 2026"}, "a JSON-string argument is parsed"
 

@@ -228,6 +228,12 @@ class WeKnoraAdapter(Adapter):
             # it ("pending"), then with them when it runs. One start, with the arguments; a call whose
             # second event never comes is started when its result arrives
             st.after_tool = True
+            if st.answer_text:
+                # answer text before a tool call was a round's preamble ("Let me look that up."), not
+                # the answer: WeKnora drops it from the stored answer and its web UI retracts it
+                # (Tencent/WeKnora @412dcc41 agent_stream_handler.go handleToolCall: superseded)
+                st.answer_text = ""
+                out.append(ev.ReplaceText(""))
             call_id = str(meta.get("tool_call_id") or data.get("id") or len(st.tools))
             name = str(meta.get("tool_name") or "tool")
             args = meta.get("arguments")
