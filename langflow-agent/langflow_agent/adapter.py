@@ -36,6 +36,7 @@ from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import ConcatJSONDecoder
+from runner_kit.texts import t
 
 from . import const
 from .errors import BASE_URL_HINT, flow_failed, json_doc, parse_envelope, stream_error
@@ -81,6 +82,7 @@ class LangflowAdapter(Adapter):
         cfg = env.config
         self.root = server_root(cfg["base-url"])
         self.flow = str(cfg["flow-id"]).strip()
+        self.left_out: list[str] = []  # files that came only as links (not sent, said in the chat)
         self.headers = {"x-api-key": str(cfg["api-key"]).strip()}
         self._unknown: set[str] = set()
 
@@ -120,8 +122,6 @@ class LangflowAdapter(Adapter):
                                status=err.status)
 
         data = f.data
-        if data is None and f.url:
-            raise RunnerError("input.unreadable", f"'{name}' is only available as a link, which Langflow cannot fetch")
         async with open_stream(self.env.client, "POST", self.root + const.UPLOAD_PATH, budget=self.env.budget(),
                                platform=self.platform, error_parser=on_error, headers=self.headers,
                                files={"file": (name, data or b"", f.mime_type)}) as resp:
@@ -133,7 +133,13 @@ class LangflowAdapter(Adapter):
 
     async def _tweaks(self) -> dict[str, Any]:
         tweaks: dict[str, Any] = dict(self.env.config.get("tweaks") or {})
-        files = self.env.input.files
+        # a file LangBot passes only as a link: Langflow takes uploads, not links, so it is left out
+        # and said, and the text is answered (the other plugins do the same)
+        files = [f for f in self.env.input.files if f.data is not None or not f.url]
+        self.left_out = [f.name or "file" for f in self.env.input.files if f.data is None and f.url]
+        if self.left_out and not files and not self.env.input.text.strip():
+            raise RunnerError("input.unreadable", f"{', '.join(repr(n) for n in self.left_out)} only came as a "
+                              "link, which Langflow cannot fetch, and the message has no text")
         if files:
             component = await self._chat_input_id()
             paths = [await self._upload(f) for f in files]
@@ -165,6 +171,12 @@ class LangflowAdapter(Adapter):
             session_id = const.SESSION_PREFIX + uuid.uuid4().hex
             yield ev.SessionId(session_id)
         body = await self._body(session_id)
+        if self.left_out:
+            names = ", ".join(repr(n) for n in self.left_out)
+            log.info("%s: not sent, only a link: %s", self.platform, names)
+            yield ev.Text(t("(Not sent to {p}: {names}; it only came as a link, which {p} cannot fetch.)",
+                            "（未发送给 {p}：{names}；它只以链接形式提供，{p} 无法获取。）",
+                            p=self.platform, names=names) + "\n\n")
         streaming = self.env.config.get("streaming", True) is not False
         url = self.root + const.RUN_PATH.format(flow=quote(self.flow, safe=""))
         async with open_stream(self.env.client, "POST", url, budget=self.env.budget(), platform=self.platform,

@@ -154,6 +154,27 @@ async def test_image_uploaded_then_attached_to_the_chat_input_by_tweaks(srv, hos
     assert srv.runs[0].tweaks == {"ChatInput-Wna_m": {"should_store_message": True, "files": [path]}}
 
 
+async def test_an_image_that_came_only_as_a_link_is_left_out_and_said_and_the_text_answered(srv, host, runner):
+    """Issue 33 item 7: an image LangBot passes only as an http link failed the whole turn
+    (input.unreadable); Langflow takes uploads, not links. Now it is left out with a note, in the
+    person's language, and the text is answered, as the other plugins do."""
+    contents = [{"type": "text", "text": "what is this"},
+                {"type": "image_url", "image_url": {"url": "https://img.example.com/cat.png"}}]
+    results = await run(runner, host, "what is this", config=cfg(srv), contents=contents)
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    said = final_text(results)
+    assert said.startswith("(Not sent to Langflow: ") and "only came as a link" in said
+    assert not srv.find_requests("POST", "/api/v2/files"), "nothing uploaded"
+    assert srv.runs[0].input_value == "what is this" and not srv.runs[0].tweaks
+    zh = await run(runner, host, "这是什么", config=cfg(srv), contents=[
+        {"type": "text", "text": "这是什么"}, {"type": "image_url", "image_url": {"url": "https://img.example.com/a.png"}}])
+    assert final_text(zh).startswith("（未发送给 Langflow：")
+    # a link and no words: nothing to send, said plainly
+    alone = await run(runner, host, "", config=cfg(srv), contents=[
+        {"type": "image_url", "image_url": {"url": "https://img.example.com/b.png"}}])
+    assert failure(alone)[0] == "input.unreadable"
+
+
 async def test_configured_chat_input_id_skips_the_lookup(srv, host, runner):
     srv.flows[srv.flow_id].chat_input_id = "ChatInput-custom"
     contents = [{"type": "text", "text": "x"}, {"type": "image_base64", "image_base64": PNG}]
