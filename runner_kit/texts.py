@@ -64,16 +64,10 @@ def choose(setting: object, text: object, conversation: str | None = None) -> st
     fixed = SETTINGS.get(str(setting or "").strip())
     if fixed is not None:
         return fixed
-    found = language_of(text)
-    if conversation:
-        if found is None:
-            if conversation in _LAST:
-                _LAST.move_to_end(conversation)  # still here: not the first forgotten
-            return _LAST.get(conversation, EN)
-        _LAST[conversation] = found
-        _LAST.move_to_end(conversation)
-        while len(_LAST) > _LAST_MAX:
-            _LAST.popitem(last=False)
+    found = remember(conversation, text)
+    if found is None and conversation is not None and conversation in _LAST:
+        _LAST.move_to_end(conversation)  # still here: not the first forgotten
+        return _LAST[conversation]
     return found or EN
 
 
