@@ -299,22 +299,35 @@ async def test_containment_background_processes_end_with_the_run(plugin, isolati
     nonce = str(secrets.randbelow(10**9))  # this test's own sleeps: `sleep 300.<nonce>`
     api.tool_command = (f"nohup sleep 300.{nonce} >/dev/null 2>&1 & setsid -f sleep 301.{nonce} >/dev/null 2>&1; "
                         f"(sleep 302.{nonce} >/dev/null 2>&1 &) ; echo started")
+    # The agent's answer after the tool streams slowly, so the run outlives the tool by a few tenths
+    # of a second; a watcher notes every sleep it sees while the run lasts (once the agent exits, the
+    # run ends and its processes go, which can be before this test reads the tool's result).
+    api.answer_tokens, api.token_delay = ["all", " ", "started", "."], 0.1
     host = new_host(plugin)
     ctx = host.make_context("start something", config=agent_config(plugin, api, key, isolation=isolation))
     running: set[int] = set()
     results = []
+    done = asyncio.Event()
+
+    async def watch() -> None:
+        while not done.is_set():
+            running.update(sleeps(nonce))
+            await asyncio.sleep(0.01)
+
+    watcher = asyncio.create_task(watch())
     try:
         async for r in make_runner(plugin, host).invoke(ctx):
             host.apply_result(ctx.run_id, r)
             results.append(r)
-            if rtype(r) == "tool.call.completed":
-                await poll(lambda: len(sleeps(nonce)) == 3)
-                running = sleeps(nonce)
+        done.set()
+        await watcher
         assert rtype(terminal(results)) == "run.completed"
         assert "started" in tool_output(results)
         assert len(running) == 3, "the tool started its three background sleeps"
         assert await poll(lambda: not sleeps(nonce)), f"left running after the run: {sleeps(nonce)}"
     finally:
+        done.set()
+        await watcher
         for pid in sleeps(nonce):
             os.kill(pid, signal.SIGKILL)
 
