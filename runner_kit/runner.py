@@ -33,7 +33,7 @@ from langbot_plugin.api.definition.components.runner.runner import Runner
 from langbot_plugin.api.entities.builtin.runner.context import RunnerContext
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
-from . import agent_mcp, routing, sessions, texts
+from . import agent_mcp, resets, routing, sessions, texts
 from . import approvals as ap
 from . import events as ev
 from .channel import Channel
@@ -309,6 +309,14 @@ class Adapter:
         """End the live session (multi-turn adapters): called once when the run ends, on every
         path, after ``cancel`` when a turn was still running."""
 
+    async def end_conversation(self, upstream_id: Any) -> None:
+        """End (or delete) the upstream conversation ``upstream_id`` (the value this plugin reported
+        with :class:`~runner_kit.events.SessionId`) that a LangBot reset left behind. The kit calls it
+        after a run that found the reset (:mod:`runner_kit.resets`), on an adapter of that run's
+        session (its config, upstream user and client), after the run's results reached the host,
+        within :data:`CANCEL_GRACE`; what it raises is logged, never shown. Default: nothing (the
+        platform has no such API)."""
+
 
 class KitRunner(Runner):  # type: ignore[misc]  # the SDK ships no type information
     """A LangBot Runner driven by an :class:`Adapter`; subclasses set ``adapter`` and ``schema``."""
@@ -423,6 +431,7 @@ async def drive(
     pump = _Pump()
     entered: list[sessions.Slot | None] = []  # the sessions this run counted itself in
     hold = routing.Hold()  # the session whose lock this run holds
+    ending: tuple[Adapter, Any] | None = None  # the upstream conversation a LangBot reset left behind
 
     async def one_turn(
         make: Callable[[int], Adapter], turn_input: UserInput, index: int, watch: Steering | None,
@@ -476,6 +485,10 @@ async def drive(
             slot = sessions.enter(sessions.key_of(ctx, platform, adapter_cls.session_key, source))
             entered.append(slot)
             env.slot = slot
+            abandoned = resets.arrive(slot.key if slot is not None else None, sessions.conversation_key(ctx, platform),
+                                      resets.generation(ctx), env.session.stored)
+            if abandoned is not None and adapter_cls.end_conversation is not Adapter.end_conversation:
+                ending = (adapter_cls(env), abandoned)  # ended after the run, like a stop call
             builder.on_state = slot.wrote if slot is not None else None
             if not adapter_cls.multi_turn:
                 async with aclosing(routing.take(slot, env, builder, hold)) as waited:
@@ -841,7 +854,7 @@ async def drive(
             # the run waits for that, but never past the host's own deadline: its last word (a partial answer
             # and its note) must stand, and an upstream whose stop call hangs (a stalled one often does) is
             # then stopped after the run has ended
-            await _within(_after_run(to_stop if not pump.ended else None, live, hold.slot, entered, platform),
+            await _within(_after_run(to_stop if not pump.ended else None, live, hold.slot, entered, platform, ending),
                           _host_time_left(ctx) - FINAL_MARGIN)
         finally:
             unbind_redactor(token)
@@ -862,9 +875,11 @@ def _host_time_left(ctx: RunnerContext) -> float:
 
 
 async def _after_run(to_stop: Adapter | None, live: Adapter | None, slot: sessions.Slot | None,
-                     entered: list[sessions.Slot | None], platform: str) -> None:
+                     entered: list[sessions.Slot | None], platform: str,
+                     ending: tuple[Adapter, Any] | None = None) -> None:
     """What a run leaves to do after its terminal result: tell the upstream to stop (within
-    :data:`CANCEL_GRACE`), close the agent session, then let the session's next run go on."""
+    :data:`CANCEL_GRACE`), end the upstream conversation a LangBot reset left behind (as long),
+    close the agent session, then let the session's next run go on."""
     log = get_logger("runner_kit.run")
     try:
         if to_stop is not None:
@@ -872,6 +887,13 @@ async def _after_run(to_stop: Adapter | None, live: Adapter | None, slot: sessio
                 await asyncio.wait_for(to_stop.cancel(), timeout=CANCEL_GRACE)
             except BaseException:  # noqa: BLE001 - best effort; a cancel of ours must not resurface
                 log.info("%s: the upstream stop call did not finish", platform)
+        if ending is not None:
+            try:
+                await asyncio.wait_for(ending[0].end_conversation(ending[1]), timeout=CANCEL_GRACE)
+                log.info("%s: ended the conversation a LangBot reset left behind", platform)
+            except BaseException as exc:  # noqa: BLE001 - best effort, like the stop call
+                why = exc.code if isinstance(exc, RunnerError) else type(exc).__name__  # never its text: after
+                log.info("%s: the conversation a LangBot reset left behind was not ended (%s)", platform, why)  # the run
         if live is not None:
             try:
                 await asyncio.wait_for(live.close(), timeout=CLOSE_GRACE)  # cancelled: its processes are killed

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import resets
 from .identity import PER_PERSON, normalize_source, upstream_user
 from .inputs import UserInput
 from .logs import get_logger
@@ -73,11 +74,16 @@ class Slot:
     waiting: int = 0  # runs waiting for the lock: a newcomer queues behind them, even the moment it is free
     closing: asyncio.Task[None] | None = None  # an expired question's agent, given a moment to take the denial
     hurry: asyncio.Event | None = None  # set: that moment is over (a run needs the session)
+    generation: str | None = None  # the conversation's reset generation ``written`` belongs to
 
     def wrote(self, key: str, value: Any, scope: str = "conversation") -> None:
-        """A run of this session stored ``value`` under ``key`` (conversation scope only)."""
+        """A run of this session stored ``value`` under ``key`` (conversation scope only); the
+        session's own upstream id is also remembered for after a reset (:mod:`runner_kit.resets`)."""
         if scope == "conversation":
             self.written[key] = (time.time(), value)
+            self.generation = resets.current(conversation_of(self.key))
+            if key == self.key.rsplit("|", 1)[-1]:
+                resets.stored(self.key, conversation_of(self.key), value)
 
     def catch_up(self, ctx: Any) -> bool:
         """Put into ``ctx``'s state snapshot what runs of this session stored while it was in use
@@ -85,6 +91,9 @@ class Slot:
         keys, and the slot lives only while runs use it); True when anything was written."""
         newer = {k: v for k, (_t, v) in self.written.items()}
         if not newer:
+            return False
+        if self.generation is not None and resets.generation(ctx) not in (None, self.generation):
+            self.written.clear()  # written before a reset: the host cleared it, and so must we
             return False
         state = getattr(ctx, "state", None)
         if state is None:

@@ -460,8 +460,9 @@ class LocalHost:
         for scope in SCOPES:
             sk = self.scope_key(ident, scope)
             state[scope] = self.store.snapshot(sk) if sk else {}
-        if ident.conversation_id:
-            state["conversation"].setdefault("external.conversation_id", ident.conversation_id)
+        if ident.conversation_id:  # LangBot seeds its conversation id, or the reset generation after a reset
+            state["conversation"].setdefault("external.conversation_id",
+                                             self._generation(ident) or ident.conversation_id)
         event_id = str(uuid.uuid4())
         event_type = "message.received"
         submitted: dict[str, Any] = {}
@@ -561,12 +562,24 @@ class LocalHost:
             return
 
     def reset_conversation(self, identity: Identity | None = None) -> None:
+        """A member's reset, as LangBot 4.11.2 does it (``agent/runner/context_reset.py``): the
+        conversation's state is deleted, the earlier history hidden, and a new reset generation
+        seeds ``external.conversation_id`` from the next run on."""
         ident = identity or Identity()
         sk = self.scope_key(ident, "conversation")
         if sk:
             self.store.reset(sk)
         if ident.conversation_id:  # LangBot's context reset hides the earlier history too
             self.store.reset_transcript(ident.conversation_id)
+            self.store.set(self._reset_scope(ident), "generation", str(uuid.uuid4()))
+
+    @staticmethod
+    def _reset_scope(ident: Identity) -> str:
+        return "host-reset:" + json.dumps([ident.workspace_id, ident.bot_id, ident.conversation_id])
+
+    def _generation(self, ident: Identity) -> str | None:
+        value = self.store.snapshot(self._reset_scope(ident)).get("generation")
+        return str(value) if value else None
 
     # --- the plugin-runtime handler interface --------------------------------------------------
 

@@ -69,15 +69,16 @@ async def no_parked():
 @pytest.fixture(autouse=True)
 def fresh_group_state():
     """The kit keeps a little per-process memory about conversations (runner_kit.sessions,
-    runner_kit.approvals, runner_kit.texts): what an agent did after a question timed out, kept
+    runner_kit.approvals, runner_kit.texts, runner_kit.resets): what an agent did after a question timed out, kept
     messages forgotten, answered question ids, the language each person last wrote in. Test hosts
     reuse one conversation id, so what one test leaves there must not become the next test's first
     message, whichever worker runs them."""
     yield
     from runner_kit import approvals as ap
-    from runner_kit import sessions, texts
+    from runner_kit import resets, sessions, texts
 
     texts.forget()
+    resets.forget()
     ap.REACTIONS.clear()
     ap.ANSWERED.clear()
     sessions.MISSED.clear()
