@@ -30,6 +30,23 @@ MAX_ERROR_BODY = 64 * 1024
 # Idle keep-alive connections are capped, which bounds what stays open between runs.
 POOL_LIMITS = httpx.Limits(max_connections=None, max_keepalive_connections=50, keepalive_expiry=30.0)
 
+# TCP keepalive on every connection: a streaming answer can be silent for minutes while the platform
+# works, and a connection whose peer vanished (a restarted server, a NAT that dropped it) would
+# otherwise wait for the run's whole deadline, or a day with timeout 0. The kernel probes after
+# KEEPALIVE_IDLE quiet seconds and gives up after KEEPALIVE_COUNT unanswered probes.
+KEEPALIVE_IDLE, KEEPALIVE_INTERVAL, KEEPALIVE_COUNT = 30, 10, 3
+
+
+def keepalive_options() -> list[tuple[int, int, int]]:
+    """The socket options that turn TCP keepalive on (the timings where the platform has them)."""
+    options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
+    for name, value in (("TCP_KEEPIDLE", KEEPALIVE_IDLE), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+                        ("TCP_KEEPCNT", KEEPALIVE_COUNT)):
+        if hasattr(socket, name):
+            options.append((socket.IPPROTO_TCP, getattr(socket, name), value))
+    return options
+
+
 # One client per event loop (keyed by id: a loop object is never kept alive by this table). Entries
 # of loops that have closed are dropped on the next lookup, so their clients can be freed.
 _clients: dict[int, tuple[asyncio.AbstractEventLoop, httpx.AsyncClient]] = {}
@@ -51,8 +68,9 @@ def ssl_context() -> ssl.SSLContext:
 def shared_client() -> httpx.AsyncClient:
     """The process's shared AsyncClient for the running event loop (connections are reused).
 
-    It keeps no cookies, sends a URL's ``user:password@`` as a header (:class:`UserinfoAuth`), and
-    honours HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP clients do.
+    It keeps no cookies, sends a URL's ``user:password@`` as a header (:class:`UserinfoAuth`),
+    turns TCP keepalive on for direct connections (:func:`keepalive_options`), and honours
+    HTTP(S)_PROXY / NO_PROXY and SSL_CERT_FILE like other HTTP clients do.
     """
     loop = asyncio.get_running_loop()
     for key, (other, _) in list(_clients.items()):
@@ -63,6 +81,11 @@ def shared_client() -> httpx.AsyncClient:
     if client is None or client.is_closed:
         client = httpx.AsyncClient(limits=POOL_LIMITS, follow_redirects=False, trust_env=True, cookies=_no_cookies(),
                                    auth=UserinfoAuth(), verify=ssl_context())
+        # the direct transport again, with keepalive: passing it to the constructor would turn the
+        # environment's proxies off (httpx mounts them only when it builds its own transport)
+        if isinstance(getattr(client, "_transport", None), httpx.AsyncHTTPTransport):
+            client._transport = httpx.AsyncHTTPTransport(verify=ssl_context(), limits=POOL_LIMITS, trust_env=True,
+                                                         socket_options=keepalive_options())
         _clients[id(loop)] = (loop, client)
     return client
 

@@ -197,6 +197,61 @@ async def test_shared_client_keeps_no_cookies():
     await close_shared_client()
 
 
+async def test_shared_client_connections_probe_a_vanished_peer_with_tcp_keepalive():
+    """Issue 33 item 14: a stream that is silent while the platform works must not wait a whole
+    deadline (or a day, with timeout 0) on a connection whose server is gone: every connection of
+    the shared client has TCP keepalive on, probing after 30 quiet seconds."""
+    import socket
+
+    from runner_kit import http as kit_http
+
+    class Ok(FakeHTTPServer):
+        def __init__(self):
+            super().__init__()
+            self.add_route("GET", "/ok", self._ok)
+
+        async def _ok(self, req, resp):
+            await resp.send(200, b"{}", "application/json")
+
+    with Ok() as srv:
+        async with shared_client().stream("GET", srv.url("/ok")) as resp:
+            sock = resp.extensions["network_stream"].get_extra_info("socket")
+            assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+            if hasattr(socket, "TCP_KEEPIDLE"):
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == kit_http.KEEPALIVE_IDLE
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == kit_http.KEEPALIVE_COUNT
+            await resp.aread()
+    await close_shared_client()
+
+
+async def test_shared_client_still_goes_through_the_proxy_the_environment_names(monkeypatch):
+    """Keepalive needs the client's own transport; a proxy set in HTTP_PROXY is still used."""
+    lines: list[bytes] = []
+
+    async def proxy(reader, writer):
+        lines.append(await reader.readline())
+        while (await reader.readline()) not in (b"\r\n", b""):
+            pass
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{port}")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    await close_shared_client()
+    try:
+        resp = await shared_client().get("http://platform.example/v1/ping")
+        assert resp.text == "ok"
+        assert lines == [b"GET http://platform.example/v1/ping HTTP/1.1\r\n"]
+    finally:
+        await close_shared_client()
+        server.close()
+        await server.wait_closed()
+
+
 def test_clients_of_finished_event_loops_are_freed():
     class Ok(FakeHTTPServer):
         def __init__(self):
