@@ -209,6 +209,7 @@ class ResultBuilder:
         self.no_reply = False  # the upstream asked for the run to end without a message
         self.meta: dict[str, Any] = {}  # ev.Meta facts, carried on the complete message
         self._progress = ""  # one line for the current step, shown only until answer text comes
+        self._still = ""  # the progress line when it is the kit's own "still working" line
         self.auto_progress = False  # derive that line from tool starts (coding agents)
         # told of every state value the run stores (runner_kit.sessions: the next run of the same
         # session sees it even when its own snapshot was taken before)
@@ -259,6 +260,15 @@ class ResultBuilder:
         self._progress = line
         self._dirty_since = self._dirty_since or self._clock()
         return self.flush()
+
+    def still_working(self, text: str) -> RunnerResult | None:
+        """A "still working" line while the upstream has shown nothing for a while: only where no
+        answer and no line of the agent's own stands (it replaces only an earlier such line)."""
+        if self._answer_len or (self._progress and self._progress != self._still):
+            return None
+        result = self.set_progress(text)
+        self._still = self._progress
+        return result
 
     def _shown(self) -> str:
         text = self.visible()

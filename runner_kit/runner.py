@@ -342,6 +342,9 @@ _TICK = object()
 _TIMEOUT = object()
 _IDLE = object()
 _STEERED = object()
+_STILL = object()
+#: a turn that has shown nothing for this long gets a "still working" line, renewed as long after
+STILL_WORKING_AFTER = 20.0
 INTERRUPTED_NOTE = "(Stopped here to take your next message.)"
 NO_REPLY_TEXT = "(The agent finished this request without a reply.)"
 NO_REPLY_TEXT_ZH = "（智能体完成了这次请求，但没有回复。）"
@@ -1127,6 +1130,8 @@ async def _pump(
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
     if idle > 0:
         sink.idle_timer = loop.call_later(idle, sink.check_idle)
+    since = loop.time()  # for the "still working" line: the turn's start, or the end of its last question
+    still = loop.call_later(STILL_WORKING_AFTER, queue.put_nowait, _STILL)
     try:
         while True:
             item = await queue.get()
@@ -1136,6 +1141,14 @@ async def _pump(
             if item is _DONE:
                 state.ended = True
                 return
+            if item is _STILL:
+                waited = loop.time() - since
+                if waited >= STILL_WORKING_AFTER * 0.99 and (r := builder.still_working(texts.t(
+                        "{agent} is still working… ({seconds} s)", "{agent} 仍在处理中……（{seconds} 秒）",
+                        agent=adapter.platform, seconds=f"{waited:.0f}"))) is not None:
+                    yield r
+                still = loop.call_later(STILL_WORKING_AFTER, queue.put_nowait, _STILL)
+                continue
             if item is _TICK:
                 sink.tick = None
                 if (r := builder.flush()) is not None:
@@ -1164,6 +1177,7 @@ async def _pump(
                     return
                 queue.sink = sink
                 env.touch()
+                since = loop.time()
                 continue
             if item is _STEERED:
                 if watch is not None and not watch.pending:
@@ -1183,6 +1197,7 @@ async def _pump(
         if queue.sink is sink:
             queue.sink = None
         deadline_timer.cancel()
+        still.cancel()
         if sink.idle_timer is not None:
             sink.idle_timer.cancel()
         if sink.tick is not None:
