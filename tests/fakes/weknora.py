@@ -1,8 +1,10 @@
 """Faithful fake of Tencent WeKnora's session chat API (docs/platforms.md section 7, read against
-Tencent/WeKnora ``internal/handler/session``).
+Tencent/WeKnora @412dcc41 ``internal/handler/session`` and ``internal/stream``).
 
 - ``POST /api/v1/sessions`` needs a JSON body (an empty one is 400) and answers **201**
-  ``{"success": true, "data": {"id", "title", "tenant_id", "user_id", …}}``.
+  ``{"success": true, "data": {"id", "title", "tenant_id", "user_id", …}}``; ``DELETE
+  /api/v1/sessions/{id}`` answers ``{"success": true, "message": "Session deleted successfully"}``
+  (404 AppError 1003 "session not found" for an unknown one or another user's).
 - ``POST /api/v1/knowledge-chat/{sid}`` and ``/api/v1/agent-chat/{sid}`` answer a gin SSE stream:
   ``event:message`` / ``data:{StreamResponse}`` with no space after the colons, a blank line after
   each. Every event carries the request id as ``id``. Both start with ``agent_query`` (``session_id``
@@ -12,14 +14,35 @@ Tencent/WeKnora ``internal/handler/session``).
   empty ``answer`` with ``done: true``, ``complete``, and — for a session without a title — a
   ``session_title`` up to ``title_delay`` seconds later. Real WeKnora sends no ``usage``:
   ``include_usage`` puts one on the final answer and ``complete`` (off by default).
+- As in WeKnora, the answer is generated apart from the connection (qa.go executeQA runs it on a
+  context detached from the request): every event goes into the run's event list (the stream
+  manager), and each connection only reads that list from the start (stream.go
+  handleAgentEventsForSSE, offset 0). A client that leaves does not stop the answer.
+  ``GET /api/v1/sessions/continue-stream/{sid}?message_id=`` replays the whole list from the first
+  event and then follows it until ``complete`` (stream.go ContinueStream); unknown message → 404
+  AppError, a run whose events are gone → 404 ``{"success": false, "error": "No stream events
+  found"}``.
+- ``POST /api/v1/sessions/{sid}/stop`` ``{"message_id"}`` appends a ``stop`` event to the list
+  (``content: ""``, ``data.reason: "user_requested"``), which ends the generation; the chat
+  connection turns it into ``stop`` "Generation stopped by user" and ends, continue-stream replays it
+  as stored. A finished message answers "Message already completed".
 - Unknown session → 404 ``{"success": false, "error": {"code": 1003, "message": "Session not found"}}``;
   a bad key → 401 ``{"error": "Unauthorized: invalid API key"}``; an in-stream failure is
-  ``response_type: "error"`` with ``data.stage``; ``POST /api/v1/sessions/{sid}/stop``
-  ``{"message_id"}`` ends the running answer with a ``stop`` event.
+  ``response_type: "error"`` with ``data.stage``.
 - ``approval`` / ``oauth`` make the agent wait for a person (``tool_approval_required`` /
   ``mcp_oauth_required``) until stopped.
 - ``direct_principal``: sessions belong to the ``X-External-User-ID`` that created them (WeKnora's
   "direct" API-principal mode); another user gets "Session not found".
+- Breaking connections: ``drops`` — the next that many answer connections (chat or continue-stream)
+  break off after ``drop_after`` answer deltas new to them, while WeKnora goes on generating;
+  ``resume_cuts`` — the next that many continue-stream requests are closed before any answer; the
+  ``truncated`` fault breaks the chat connection after the first token *and* loses the run's events
+  (a WeKnora restart with the in-memory stream manager: continue-stream then finds none).
+- ``parse_delay``: seconds WeKnora spends parsing ``attachment_uploads`` before it answers at all
+  (qa.go parseQARequest processes them before the SSE head is written).
+
+One simplification: a connection whose generation ended without ``complete`` (an error, a stall
+that ran out, a stop) ends its body, where WeKnora's would keep polling until the client leaves.
 """
 
 from __future__ import annotations
@@ -77,13 +100,32 @@ class Session:
     messages: list[dict[str, Any]] = field(default_factory=list)  # {"role", "content"} in order
 
 
+
 @dataclass
 class _Run:
-    """One chat call in progress."""
+    """One chat call: the assistant message being generated and its stream-manager event list."""
 
     session: Session
     message_id: str
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    request_id: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)  # the stop watcher fired
+    waiters: set[asyncio.Event] = field(default_factory=set)  # connections following the list
+    answer: str = ""  # what the generation produced so far (stored when it ends)
+    completed: bool = False  # the message is stored as complete (finished, failed or stopped)
+    generating: bool = True
+    lost: bool = False  # the events were lost (a restart): continue-stream finds none
+    task: asyncio.Task[None] | None = None
+
+    def append(self, obj: dict[str, Any]) -> None:
+        if self.lost:
+            return
+        self.events.append(obj)
+        self.wake()
+
+    def wake(self) -> None:
+        for waiter in self.waiters:
+            waiter.set()
 
 
 class _Abort(Exception):
@@ -108,14 +150,21 @@ class FakeWeKnora(PlatformFake):
         self.references: list[dict[str, Any]] = []
         self.tools = False  # agent-chat: a knowledge_search tool step before the answer
         self.tool_fails = False
+        self.tool_seconds = 0.0  # how long the tool runs (silently) before its result
         self.preamble = ""  # agent answer text streamed before the tool step
         self.approval = False
         self.oauth = False
         self.include_usage = False
         self.title_delay = 0.05
+        self.title_wait = 3.0  # how long a chat connection waits for the title after complete
         self.image_upload_enabled = True
         self.direct_principal = False
         self.split_writes = False
+        self.parse_delay = 0.0  # seconds spent on attachment_uploads before the response head
+        # -- breaking connections --
+        self.drops = 0
+        self.drop_after = 1
+        self.resume_cuts = 0
         # -- faults --
         self.stall_seconds = 3600.0
         self.stall_ping_every = 0.25
@@ -124,10 +173,13 @@ class FakeWeKnora(PlatformFake):
         self.sessions: dict[str, Session] = {}
         self.runs: dict[str, _Run] = {}  # assistant message id -> the run generating it
         self.stopped: list[tuple[str, str]] = []  # (session id, message id) of stop calls
+        self.deleted: list[str] = []  # ids of the sessions deleted through the API
         self.preset_session: str | None = None  # a session id that always exists (benchmarks)
 
         self.add_route("POST", f"{API}/sessions", self._create_session)
+        self.add_route("GET", f"{API}/sessions/continue-stream/{{sid}}", self._continue_stream)
         self.add_route("GET", f"{API}/sessions/{{sid}}", self._get_session)
+        self.add_route("DELETE", f"{API}/sessions/{{sid}}", self._delete_session)
         self.add_route("POST", f"{API}/sessions/{{sid}}/stop", self._stop)
         self.add_route("POST", f"{API}/knowledge-chat/{{sid}}", self._knowledge_chat)
         self.add_route("POST", f"{API}/agent-chat/{{sid}}", self._agent_chat)
@@ -142,6 +194,14 @@ class FakeWeKnora(PlatformFake):
 
     def chat_requests(self) -> list[Request]:
         return [r for r in self.requests if r.method == "POST" and "-chat/" in r.path]
+
+    def resume_requests(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "GET" and "/continue-stream/" in r.path]
+
+    def stored_answers(self, sid: str) -> list[str]:
+        """The assistant messages WeKnora stored in session ``sid`` (what its web UI shows)."""
+        s = self.sessions.get(sid)
+        return [m["content"] for m in (s.messages if s else []) if m["role"] == "assistant"]
 
     # -- helpers ---------------------------------------------------------------------------------
 
@@ -208,7 +268,24 @@ class FakeWeKnora(PlatformFake):
             return
         await resp.json(200, {"success": True, "data": {"id": s.id, "title": s.title, "created_at": s.created_at}})
 
+    async def _delete_session(self, req: Request, resp: Response) -> None:
+        """handler.go DeleteSession: the session service looks the session up for this tenant and
+        user (sessionRepo.Get) before it soft-deletes it."""
+        key = self._key(req)
+        if key is None:
+            await self._unauthorized(req, resp)
+            return
+        sid = req.path_params["sid"]
+        if self._session(req, sid, key) is None:
+            await self._app_error(resp, 404, 1003, "session not found")
+            return
+        del self.sessions[sid]
+        self.deleted.append(sid)
+        await resp.json(200, {"success": True, "message": "Session deleted successfully"})
+
     async def _stop(self, req: Request, resp: Response) -> None:
+        """stream.go StopSession: the message, then the caller's own session; a message still being
+        generated gets a stop event in its stream, which the stop watcher turns into a cancel."""
         key = self._key(req)
         if key is None:
             await self._unauthorized(req, resp)
@@ -227,9 +304,15 @@ class FakeWeKnora(PlatformFake):
         if run is None or run.session.id != sid:
             await resp.json(404, {"error": "Message not found"})
             return
-        if run.stop.is_set():
+        if self._session(req, sid, key) is None:
+            await resp.json(404, {"error": "Session not found"})
+            return
+        if run.completed:
             await resp.json(200, {"success": True, "message": "Message already completed"})
             return
+        run.lost = False  # the event store works again after a restart
+        run.append({"id": run.request_id, "response_type": "stop", "content": "", "done": True,
+                    "data": {"session_id": sid, "message_id": run.message_id, "reason": "user_requested"}})
         run.stop.set()
         await resp.json(200, {"success": True, "message": "Generation stopped"})
 
@@ -245,9 +328,10 @@ class FakeWeKnora(PlatformFake):
         return SimpleNamespace(
             tokens=list(self.answer_tokens), token_delay=self.token_delay, reasoning=list(self.reasoning),
             interleave=self.interleave, references=[dict(r) for r in self.references], tools=self.tools,
-            tool_fails=self.tool_fails, preamble=self.preamble, approval=self.approval, oauth=self.oauth,
-            include_usage=self.include_usage, title_delay=self.title_delay, split_writes=self.split_writes,
-            fault=self.fault, stall_seconds=self.stall_seconds, stall_ping_every=self.stall_ping_every,
+            tool_fails=self.tool_fails, tool_seconds=self.tool_seconds, preamble=self.preamble,
+            approval=self.approval, oauth=self.oauth, include_usage=self.include_usage,
+            title_delay=self.title_delay, split_writes=self.split_writes, fault=self.fault,
+            stall_seconds=self.stall_seconds, stall_ping_every=self.stall_ping_every,
             oversized_bytes=self.oversized_bytes, request_id=str(uuid.uuid4()),
         )
 
@@ -285,64 +369,86 @@ class FakeWeKnora(PlatformFake):
         if len(uploads) > 5:
             await self._app_error(resp, 400, 1000, "at most 5 attachments are allowed per request")
             return
+        if uploads and self.parse_delay > 0:
+            # inline files are saved and parsed (docreader, ASR) before the stream's head is written
+            if not await resp.stall(self.parse_delay):
+                return
         agent_mode = agent and (body.get("agent_id") == "builtin-smart-reasoning" or body.get("agent_enabled") is True)
-        run = _Run(session, str(uuid.uuid4()))
+        run = _Run(session, str(uuid.uuid4()), s.request_id)
         self.runs[run.message_id] = run
         session.messages.append({"role": "user", "content": body["query"]})
+        wait_title = not session.title
         if s.fault == "empty":  # headers, then the body ends without one event
+            run.generating, run.completed = False, True
             await resp.start_stream(200, "text/event-stream", {"X-Accel-Buffering": "no", "Connection": "close"})
             resp.close_connection = True
             return
         await resp.start_stream(200, "text/event-stream", {"X-Accel-Buffering": "no", "Connection": "keep-alive"})
-        answer = ""
+        # setupSSEStream writes agent_query before the answer is generated, on a detached context
+        sid = session.id
+        run.append({"id": run.request_id, "response_type": "agent_query", "content": "", "done": True,
+                     "session_id": sid, "assistant_message_id": run.message_id,
+                     "data": {"session_id": sid, "assistant_message_id": run.message_id}})
+        run.task = asyncio.get_running_loop().create_task(self._generate(s, run, agent_mode))
+        run.task.add_done_callback(self._generation_ended)
         try:
-            answer = await self._stream(s, resp, run, agent_mode)
+            await self._follow(s, resp, run, chat=True, wait_title=wait_title)
         except _Abort:
             await resp.abort()
-        finally:
-            run.stop.set()
-            if answer:
-                session.messages.append({"role": "assistant", "content": answer})
 
-    async def _send(self, s: SimpleNamespace, resp: Response, rtype: str, content: str = "", done: bool = False,
-                    **extra: Any) -> None:
+    def _generation_ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            self.handler_errors.append(task.exception())  # type: ignore[arg-type]
+
+    async def _continue_stream(self, req: Request, resp: Response) -> None:
+        """stream.go ContinueStream: replay every event from offset 0, then follow until complete."""
+        s = self._snapshot()
+        key = self._key(req)
+        if key is None:
+            await self._unauthorized(req, resp)
+            return
+        if self.resume_cuts > 0:
+            self.resume_cuts -= 1
+            await resp.abort()
+            return
+        sid, mid = req.path_params["sid"], req.query.get("message_id", "")
+        if not mid:
+            await self._app_error(resp, 400, 1000, "Missing message ID")
+            return
+        if req.query.get("resource_urls", "handle") not in ("handle", "public"):
+            await self._app_error(resp, 400, 1000, "invalid resource_urls value")
+            return
+        if self._session(req, sid, key) is None:
+            await self._app_error(resp, 404, 1003, "session not found")
+            return
+        run = self.runs.get(mid)
+        if run is None or run.session.id != sid:
+            await self._app_error(resp, 404, 1003, "record not found")
+            return
+        if not run.events:
+            await resp.json(404, {"success": False, "error": "No stream events found"})
+            return
+        await resp.start_stream(200, "text/event-stream", {"X-Accel-Buffering": "no", "Connection": "keep-alive"})
+        try:
+            await self._follow(s, resp, run, chat=False, wait_title=False)
+        except _Abort:
+            await resp.abort()
+
+    async def _write(self, s: SimpleNamespace, resp: Response, obj: dict[str, Any]) -> None:
         if resp.client_disconnected:
             self.client_disconnects += 1
             raise _Abort
-        obj: dict[str, Any] = {"id": s.request_id, "response_type": rtype, "content": content, "done": done}
-        obj.update(extra)
         payload = ("event:message\ndata:" + _go_json(obj) + "\n\n").encode()
         if s.split_writes:
             await resp.write_split(payload)
         else:
             await resp.write(payload)
 
-    async def _wait(self, run: _Run, resp: Response, seconds: float) -> bool:
-        """Sleep; True when the run was stopped meanwhile. Raises _Abort if the client left."""
-        deadline = time.monotonic() + seconds
-        while not run.stop.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            if resp.client_disconnected:
-                self.client_disconnects += 1
-                raise _Abort
-            try:
-                await asyncio.wait_for(run.stop.wait(), min(left, 0.05))
-            except TimeoutError:
-                pass
-        return True
-
-    async def _stopped(self, s: SimpleNamespace, resp: Response) -> None:
-        await self._send(s, resp, "stop", "Generation stopped by user", True)
-
-    async def _stream(self, s: SimpleNamespace, resp: Response, run: _Run, agent_mode: bool) -> str:
-        sid = run.session.id
-        await self._send(s, resp, "agent_query", "", True, session_id=sid, assistant_message_id=run.message_id,
-                         data={"session_id": sid, "assistant_message_id": run.message_id})
+    async def _raw_fault(self, s: SimpleNamespace, resp: Response) -> bool:
+        """Bytes that are not a good event, right after agent_query; True when the body ends there."""
         if s.fault == "invalid_json":
             await resp.write(b"event:message\ndata:{not json\n\n")
-            return ""
+            return True
         if s.fault == "non_utf8":
             await resp.write(b'event:message\ndata:{"id":"x","response_type":"answer","content":"\xff\xfe",'
                              b'"done":false}\n\n')
@@ -354,102 +460,188 @@ class FakeWeKnora(PlatformFake):
                 await resp.write(chunk[: min(left, len(chunk))])
                 left -= len(chunk)
             await resp.write(b'","done":false}\n\n')
+        return False
+
+    async def _follow(self, s: SimpleNamespace, resp: Response, run: _Run, *, chat: bool, wait_title: bool) -> None:
+        """One connection reading the run's events from the first (handleAgentEventsForSSE for the
+        chat call, ContinueStream for a resume)."""
+        offset, fresh_from, new_answers = 0, (0 if chat else len(run.events)), 0
+        cut = self.drops > 0
+        if cut:
+            self.drops -= 1
+        waiter = asyncio.Event()
+        run.waiters.add(waiter)
+        title_deadline: float | None = None
+        try:
+            while True:
+                while offset < len(run.events):
+                    obj = run.events[offset]
+                    offset += 1
+                    kind = obj["response_type"]
+                    if title_deadline is not None:
+                        if kind == "session_title":
+                            await self._write(s, resp, obj)
+                            return
+                        continue
+                    if kind == "stop" and chat:
+                        # the chat connection's own stop notice (handleAgentEventsForSSE), then the end
+                        await self._write(s, resp, {"id": run.request_id, "response_type": "stop",
+                                                    "content": "Generation stopped by user", "done": True})
+                        return
+                    await self._write(s, resp, obj)
+                    if chat and offset == 1 and await self._raw_fault(s, resp):
+                        return
+                    if kind == "answer" and obj["content"] and offset > fresh_from:
+                        new_answers += 1
+                        if chat and s.fault == "truncated":
+                            run.lost = True  # WeKnora went down: the answer and its events are gone
+                            run.events.clear()
+                            if run.task is not None:
+                                run.task.cancel()
+                            raise _Abort
+                        if cut and new_answers >= self.drop_after:
+                            raise _Abort
+                    if kind == "complete":
+                        if not (chat and wait_title):
+                            return
+                        title_deadline = time.monotonic() + self.title_wait
+                if not run.generating and (title_deadline is None or offset >= len(run.events)):
+                    return
+                if title_deadline is not None and time.monotonic() >= title_deadline:
+                    return
+                waiter.clear()
+                try:
+                    await asyncio.wait_for(waiter.wait(), 0.05)
+                except TimeoutError:
+                    if resp.client_disconnected:
+                        self.client_disconnects += 1
+                        return
+        finally:
+            run.waiters.discard(waiter)
+
+    # -- generation (apart from any connection) ----------------------------------------------------
+
+    def _emit(self, s: SimpleNamespace, run: _Run, rtype: str, content: str = "", done: bool = False,
+              **extra: Any) -> None:
+        obj: dict[str, Any] = {"id": s.request_id, "response_type": rtype, "content": content, "done": done}
+        obj.update(extra)
+        run.append(obj)
+
+    async def _wait(self, run: _Run, seconds: float) -> bool:
+        """Sleep; True when the run was stopped meanwhile."""
+        if run.stop.is_set():
+            return True
+        if seconds <= 0:
+            await asyncio.sleep(0)
+            return run.stop.is_set()
+        try:
+            await asyncio.wait_for(run.stop.wait(), max(seconds, 0.0))
+        except TimeoutError:
+            return run.stop.is_set()
+        return True
+
+    async def _generate(self, s: SimpleNamespace, run: _Run, agent_mode: bool) -> None:
+        try:
+            await self._answer(s, run, agent_mode)
+        finally:
+            run.generating = False
+            if not run.lost:
+                run.completed = True
+                if run.answer:
+                    run.session.messages.append({"role": "assistant", "content": run.answer})
+            run.wake()
+
+    async def _answer(self, s: SimpleNamespace, run: _Run, agent_mode: bool) -> None:
+        sid = run.session.id
+        await asyncio.sleep(0)  # the first connection reads agent_query on its own
         think_id = f"thinking-{uuid.uuid4().hex[:8]}"
         pending_thoughts = list(s.reasoning)
         if not s.interleave:
             for piece in pending_thoughts:
-                await self._send(s, resp, "thinking", piece, data={"event_id": think_id})
+                self._emit(s, run, "thinking", piece, data={"event_id": think_id})
             if pending_thoughts:
-                await self._send(s, resp, "thinking", "", True, data={"event_id": think_id, "duration_ms": 5})
+                self._emit(s, run, "thinking", "", True, data={"event_id": think_id, "duration_ms": 5})
             pending_thoughts = []
         if agent_mode and s.preamble:
             pre_id = f"answer-{uuid.uuid4().hex[:8]}"
-            await self._send(s, resp, "answer", s.preamble, data={"event_id": pre_id})
+            self._emit(s, run, "answer", s.preamble, data={"event_id": pre_id})
         if agent_mode and (s.tools or s.approval or s.oauth):
-            outcome = await self._tool_step(s, resp, run)
-            if outcome:
-                return ""
+            if await self._tool_step(s, run):
+                return
         if s.references:
-            await self._send(s, resp, "references", knowledge_references=s.references,
-                             data={"references": s.references})
+            self._emit(s, run, "references", knowledge_references=s.references, data={"references": s.references})
         answer_id = f"answer-{uuid.uuid4().hex[:8]}"
-        answer = ""
         for i, tok in enumerate(s.tokens):
             if pending_thoughts:
-                await self._send(s, resp, "thinking", pending_thoughts.pop(0), data={"event_id": think_id})
-            await self._send(s, resp, "answer", tok, data={"event_id": answer_id})
-            answer += tok
-            if i == 0:
-                outcome = await self._after_first(s, resp, run)
-                if outcome:
-                    return answer
-            if i < len(s.tokens) - 1 and await self._wait(run, resp, s.token_delay):
-                await self._stopped(s, resp)
-                return answer
+                self._emit(s, run, "thinking", pending_thoughts.pop(0), data={"event_id": think_id})
+            self._emit(s, run, "answer", tok, data={"event_id": answer_id})
+            run.answer += tok
+            if i == 0 and await self._after_first(s, run):
+                return
+            if i < len(s.tokens) - 1 and await self._wait(run, s.token_delay):
+                return
         for piece in pending_thoughts:
-            await self._send(s, resp, "thinking", piece, data={"event_id": think_id})
-        usage = ({"usage": {"prompt_tokens": 120, "completion_tokens": max(1, len(answer) // 2),
-                            "total_tokens": 120 + max(1, len(answer) // 2)}} if s.include_usage else {})
-        await self._send(s, resp, "answer", "", True, data={"event_id": answer_id, "duration_ms": 12}, **usage)
-        await self._send(s, resp, "complete", "", True, data={"total_steps": 2 if agent_mode else 1,
-                                                              "total_duration_ms": 40}, **usage)
+            self._emit(s, run, "thinking", piece, data={"event_id": think_id})
+        usage = ({"usage": {"prompt_tokens": 120, "completion_tokens": max(1, len(run.answer) // 2),
+                            "total_tokens": 120 + max(1, len(run.answer) // 2)}} if s.include_usage else {})
+        self._emit(s, run, "answer", "", True, data={"event_id": answer_id, "duration_ms": 12}, **usage)
+        self._emit(s, run, "complete", "", True, data={"total_steps": 2 if agent_mode else 1,
+                                                       "total_duration_ms": 40}, **usage)
         if not run.session.title:
-            # WeKnora waits up to 3 s for the generated title of an untitled session
-            if not await self._wait(run, resp, s.title_delay):
-                run.session.title = answer[:20] or "New chat"
-                await self._send(s, resp, "session_title", run.session.title, True,
-                                 data={"session_id": sid, "title": run.session.title})
-        return answer
+            # the title is generated apart and appended whenever it is ready (GenerateTitleAsync)
+            if not await self._wait(run, s.title_delay):
+                run.session.title = run.answer[:20] or "New chat"
+                self._emit(s, run, "session_title", run.session.title, True,
+                           data={"session_id": sid, "title": run.session.title})
 
-    async def _tool_step(self, s: SimpleNamespace, resp: Response, run: _Run) -> bool:
+    async def _tool_step(self, s: SimpleNamespace, run: _Run) -> bool:
+        """One knowledge_search call; True when the generation ends here (it waits for a person)."""
         call_id = str(uuid.uuid4())
         args = {"query": "comet tail", "knowledge_base_ids": ["kb-1"]}
         # two tool_call events per call, as the real server sends them (Tencent/WeKnora @412dcc41,
         # internal/agent/think.go: a "<id>-tool-call-pending" event without arguments while the model
         # still streams the call; internal/agent/act.go: "<id>-tool-hint" with them when it runs;
         # agent_stream_handler.go handleToolCall turns each into a tool_call with data.arguments)
-        await self._send(s, resp, "tool_call", "Calling tool: knowledge_search",
-                         data={"tool_name": "knowledge_search", "arguments": None, "tool_call_id": call_id})
-        await self._send(s, resp, "tool_call", "Calling tool: knowledge_search",
-                         data={"tool_name": "knowledge_search", "arguments": args, "tool_call_id": call_id})
+        self._emit(s, run, "tool_call", "Calling tool: knowledge_search",
+                   data={"tool_name": "knowledge_search", "arguments": None, "tool_call_id": call_id})
+        self._emit(s, run, "tool_call", "Calling tool: knowledge_search",
+                   data={"tool_name": "knowledge_search", "arguments": args, "tool_call_id": call_id})
         if s.approval or s.oauth:
             kind = "tool_approval_required" if s.approval else "mcp_oauth_required"
             text = "MCP tool requires human approval" if s.approval else "MCP service requires OAuth authorization"
-            await self._send(s, resp, kind, text, True, data={
+            self._emit(s, run, kind, text, True, data={
                 "pending_id": "pend-1", "session_id": run.session.id, "assistant_message_id": run.message_id,
                 "service_id": "mcp-1", "service_name": "Files", "mcp_tool_name": "delete_file",
                 "timeout_seconds": 600, "tool_call_id": call_id})
-            await self._wait(run, resp, s.stall_seconds)
-            await self._stopped(s, resp)
+            await self._wait(run, s.stall_seconds)
+            return True
+        if s.tool_seconds > 0 and await self._wait(run, s.tool_seconds):  # the tool runs: nothing is sent
             return True
         if s.tool_fails:
-            await self._send(s, resp, "error", "knowledge base kb-1 is not available", data={
+            self._emit(s, run, "error", "knowledge base kb-1 is not available", data={
                 "tool_name": "knowledge_search", "success": False, "error": "knowledge base kb-1 is not available",
                 "duration_ms": 8, "tool_call_id": call_id})
         else:
-            await self._send(s, resp, "tool_result", "Found 2 relevant chunks", data={
+            self._emit(s, run, "tool_result", "Found 2 relevant chunks", data={
                 "tool_name": "knowledge_search", "success": True, "error": "", "duration_ms": 8,
                 "tool_call_id": call_id, "display_type": "search_results"})
         return False
 
-    async def _after_first(self, s: SimpleNamespace, resp: Response, run: _Run) -> bool:
-        if s.fault == "truncated":
-            raise _Abort
+    async def _after_first(self, s: SimpleNamespace, run: _Run) -> bool:
+        """A fault after the first token; True when the generation ends there."""
         if s.fault == "error_event":
-            await self._send(s, resp, "error", "failed to call model: connection reset by peer", True,
-                             data={"stage": "knowledge_qa_execution", "error": "failed to call model"})
+            self._emit(s, run, "error", "failed to call model: connection reset by peer", True,
+                       data={"stage": "knowledge_qa_execution", "error": "failed to call model"})
             return True
         if s.fault == "stall":
-            if await self._wait(run, resp, s.stall_seconds):
-                await self._stopped(s, resp)
+            await self._wait(run, s.stall_seconds)
             return True
         if s.fault == "stall_pings":
             deadline = time.monotonic() + s.stall_seconds
             while time.monotonic() < deadline:
-                if await self._wait(run, resp, min(s.stall_ping_every, max(deadline - time.monotonic(), 0))):
-                    await self._stopped(s, resp)
+                if await self._wait(run, min(s.stall_ping_every, max(deadline - time.monotonic(), 0))):
                     return True
-                await self._send(s, resp, "thinking", "", data={"event_id": "thinking-wait"})
+                self._emit(s, run, "thinking", "", data={"event_id": "thinking-wait"})
             return True
         return False
 

@@ -173,9 +173,15 @@ async def test_malformed_line_is_a_protocol_error():
 
 
 async def test_truncated_stream_is_unavailable_and_keeps_the_text():
-    results, _ = await replay(transcript("truncated_stream.sse", drop=True))
+    """The stream breaks off and continue-stream cannot serve it (this replay has no such route):
+    the answer is stopped in WeKnora with its message id (issue 33 item 10)."""
+    results, srv = await replay(transcript("truncated_stream.sse", drop=True))
     assert failure(results)[:2] == ("upstream.unavailable", True)
     assert final_text(results).startswith("The tail points")
+    (resume,) = srv.find_requests("GET", f"/api/v1/sessions/continue-stream/{SID}")
+    assert resume.query == {"message_id": MID}
+    (stop,) = srv.find_requests("POST", f"/api/v1/sessions/{SID}/stop")
+    assert stop.json() == {"message_id": MID}
 
 
 async def test_slow_stream_delivers_text_before_the_end():

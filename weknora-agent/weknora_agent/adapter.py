@@ -15,6 +15,17 @@ its id is kept under ``weknora.session_id``. The answer is a gin-written SSE str
 
 The runner ends at ``complete`` (or at the body's end once the answer is done), so a trailing
 ``session_title`` is never waited for. WeKnora sends no keep-alives and no token usage.
+
+WeKnora generates the answer apart from the connection (qa.go executeQA on a detached context) and
+keeps every event of it in its stream manager; each connection reads that list from its first event
+(stream.go handleAgentEventsForSSE). A connection that breaks off before the answer is complete is
+resumed with ``GET /sessions/continue-stream/{sid}?message_id=<assistant_message_id>``, which
+replays the list from the start (stream.go ContinueStream): the events already taken in are
+skipped by position, so the chat never shows a piece twice. A resume that fails, or a stream that
+keeps breaking off without bringing anything new, ends the run with a retryable error after
+``POST /sessions/{sid}/stop``, so WeKnora does not finish (and store) an answer nobody saw; any
+other failure while WeKnora still generates stops it too. A LangBot reset deletes the WeKnora
+session it left behind (``DELETE /sessions/{id}``).
 """
 
 from __future__ import annotations
@@ -26,6 +37,8 @@ from contextlib import aclosing
 from typing import Any
 from urllib.parse import quote
 
+import httpx
+
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
@@ -34,7 +47,7 @@ from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.usage import usage_from
-from runner_kit.wire import maybe_json, open_answer, sse_objects, tool_input
+from runner_kit.wire import cut_off, maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
 from .errors import BASE_URL_HINT, error_fields, map_error, parse_error, session_missing
@@ -83,7 +96,8 @@ class WeKnoraAdapter(Adapter):
         if user is not None:
             self.headers[const.USER_HEADER] = user
         self.session_id: str | None = None
-        self.message_id: str | None = None  # the assistant message being generated (for stop)
+        self.message_id: str | None = None  # the assistant message being generated (for stop and resume)
+        self.params: dict[str, str] = {}
         self._done = False
         self._unknown: set[str] = set()
 
@@ -167,30 +181,37 @@ class WeKnoraAdapter(Adapter):
             yield ev.SessionId(sid)
         self.session_id = sid
         url = self.base + const.CHAT_PATHS[self.app_type].format(sid=quote(sid, safe=""))
-        params = {"resource_urls": "public"} if self.env.config.get("public-resource-links") else None
-
-        # only WeKnora's own "Session not found" for a stored id means it is gone
-        async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
-                               parse_error=parse_error, hint=BASE_URL_HINT,
-                               gone=session_missing if stored else None, json_when_untyped=True,
-                               headers=self.headers, params=params, json=body) as answer:
-            resp = answer.resp
-            if answer.json is not None:
-                fields = error_fields(answer.json)
-                if fields is not None:
-                    raise map_error(None, *fields)
-                raise RunnerError("upstream.protocol", f"{self.platform} answered with JSON instead of an "
-                                                       f"event stream ({BASE_URL_HINT})")
-            st = _State()
-            events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
-            async with aclosing(sse_objects(events, self.platform, complete=lambda: st.answer_done)) as objects:
-                async for data in objects:
-                    for item in await self._map(data, st):
+        self.params = {"resource_urls": "public"} if self.env.config.get("public-resource-links") else {}
+        st = _State()
+        try:
+            # WeKnora saves and parses inline files before it answers at all (qa.go parseQARequest):
+            # that wait is work, not silence, so idle-timeout starts counting once it answers
+            beat = self._alive() if body.get("attachment_uploads") else None
+            try:
+                # only WeKnora's own "Session not found" for a stored id means it is gone
+                async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
+                                       parse_error=parse_error, hint=BASE_URL_HINT,
+                                       gone=session_missing if stored else None, json_when_untyped=True,
+                                       headers=self.headers, params=self.params or None, json=body) as answer:
+                    if beat is not None:
+                        beat.cancel()
+                    if answer.json is not None:
+                        fields = error_fields(answer.json)
+                        if fields is not None:
+                            raise map_error(None, *fields)
+                        raise RunnerError("upstream.protocol", f"{self.platform} answered with JSON instead of an "
+                                                               f"event stream ({BASE_URL_HINT})")
+                    async for item in self._read(answer.resp, st):
                         yield item
-                    if st.finished:
-                        break
-            if st.finished:
-                await finish_body(events)  # lets the connection be reused
+            finally:
+                if beat is not None:
+                    beat.cancel()
+            async for item in self._resume(st):
+                yield item
+        except RunnerError:
+            if not self._done:
+                await self._stop()  # WeKnora would go on and store an answer nobody sees
+            raise
         self._done = True
         if not st.seen:
             raise RunnerError("upstream.empty_response", f"{self.platform} closed the stream without sending anything")
@@ -198,6 +219,85 @@ class WeKnoraAdapter(Adapter):
             raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
         for item in self._closing(st):
             yield item
+
+    def _alive(self) -> asyncio.Task[None] | None:
+        """A task noting the run as alive for idle-timeout until cancelled (None when it is off)."""
+        idle = self.env.idle_timeout
+        if idle <= 0:
+            return None
+
+        async def beat() -> None:
+            while True:
+                self.env.touch()
+                await asyncio.sleep(idle / 4)
+
+        return asyncio.get_running_loop().create_task(beat())
+
+    async def _read(self, resp: httpx.Response, st: _State) -> AsyncIterator[ev.Event]:
+        """The events of one response, from the run's first: those taken in before are skipped (a
+        resume replays them). A connection that breaks off, or ends, while the answer still runs sets
+        ``st.cut`` once the assistant message is known (it can then be resumed)."""
+        st.cut = False
+        position = 0
+        events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
+        async with aclosing(sse_objects(events, self.platform, complete=lambda: st.answer_done)) as objects:
+            while True:
+                try:
+                    data = await anext(objects)
+                except StopAsyncIteration:
+                    break
+                except (httpx.HTTPError, RunnerError) as exc:
+                    if self.message_id is None or not cut_off(exc):
+                        raise
+                    log.info("%s: the stream broke off (%s)", self.platform, type(exc).__name__)
+                    st.cut = True
+                    return
+                position += 1
+                if position <= st.taken:
+                    continue  # shown already: continue-stream replays from the first event
+                st.taken = position
+                for item in await self._map(data, st):
+                    yield item
+                if st.finished:
+                    break
+        if st.finished:
+            await finish_body(events)  # lets the connection be reused
+        elif not st.answer_done and self.message_id is not None:
+            st.cut = True  # WeKnora ends a stream only at complete or stop: a proxy or a restart ended this one
+
+    async def _resume(self, st: _State) -> AsyncIterator[ev.Event]:
+        """Follow a broken-off answer with continue-stream until it is complete, or give up (bounded)."""
+        fruitless = resumes = 0
+        while st.cut:
+            if fruitless >= const.MAX_RESUMES or resumes >= const.MAX_RESUMES_TOTAL:
+                raise RunnerError("upstream.unavailable", f"the connection to {self.platform} kept breaking off "
+                                                          f"({resumes} resumes) before the answer finished")
+            if fruitless:
+                await asyncio.sleep(min(const.RESUME_BACKOFF * 2 ** (fruitless - 1), self.env.budget()))
+            resumes += 1
+            fruitless += 1
+            before = st.taken
+            yield ev.Log(f"{self.platform} stream of message {self.message_id} broke off after {st.taken} events; "
+                         "resuming")
+            path = const.CONTINUE_PATH.format(sid=quote(self.session_id or "", safe=""))
+            budget = self.env.budget()  # out of time: the run's timeout, not a failed resume
+            opened = False
+            try:
+                async with open_stream(self.env.client, "GET", self.base + path, budget=budget,
+                                       platform=self.platform, error_parser=parse_error, headers=self.headers,
+                                       params={"message_id": self.message_id, **self.params}) as resp:
+                    opened = True
+                    async for item in self._read(resp, st):
+                        yield item
+            except RunnerError as exc:
+                if opened:
+                    raise  # what the answer itself said (an error event, a stop)
+                if not cut_off(exc):  # e.g. 404 "No stream events found": WeKnora restarted or forgot them
+                    raise RunnerError("upstream.unavailable", f"the connection to {self.platform} broke off and the "
+                                                              f"answer could not be resumed: {exc.message}") from None
+                st.cut = True  # the server is not back yet: try again
+            if st.taken > before:
+                fruitless = 0
 
     async def _map(self, data: dict[str, Any], st: _State) -> list[ev.Event]:
         kind = str(data.get("response_type") or "")
@@ -292,6 +392,7 @@ class WeKnoraAdapter(Adapter):
         """Ask WeKnora to stop generating this answer (best effort)."""
         if not (self.session_id and self.message_id):
             return
+        self._done = True
         path = const.STOP_PATH.format(sid=quote(self.session_id, safe=""))
         headers = {k: v for k, v in self.headers.items() if k != "Accept"}
         try:
@@ -299,20 +400,39 @@ class WeKnoraAdapter(Adapter):
                                        timeout=timeout_for(2.0))
         except Exception:  # noqa: BLE001 - best effort
             log.info("%s: could not stop the answer", self.platform)
-        self._done = True
 
     async def cancel(self) -> None:
         """The host cancelled the run: stop the answer WeKnora is still generating."""
         if not self._done:
             await self._stop()
 
+    async def end_conversation(self, upstream_id: Any) -> None:
+        """A LangBot reset left this WeKnora session behind: delete it (``DELETE /sessions/{id}``,
+        the same chat capability and user scope as creating it; Tencent/WeKnora @412dcc41
+        internal/router/routes_chat.go RegisterSessionRoutes, handler.go DeleteSession). A session
+        already gone (404) is fine."""
+        sid = str(upstream_id or "").strip()
+        if not sid:
+            return
+        headers = {k: v for k, v in self.headers.items() if k != "Accept"}
+        try:
+            resp = await self.env.client.delete(self.base + const.SESSION_PATH.format(sid=quote(sid, safe="")),
+                                                headers=headers, timeout=timeout_for(2.5))
+        except httpx.HTTPError as exc:
+            raise RunnerError("upstream.unavailable", f"{self.platform} could not be reached to delete the old "
+                                                      f"session ({type(exc).__name__})") from None
+        if resp.status_code >= 400 and resp.status_code != 404:
+            raise parse_error(resp.status_code, resp.content[:4096], resp.headers.get("content-type", ""))
+
 
 class _State:
-    __slots__ = ("after_tool", "answer_done", "answer_text", "finished", "references", "seen", "started", "tools",
-                 "usage")
+    __slots__ = ("after_tool", "answer_done", "answer_text", "cut", "finished", "references", "seen", "started",
+                 "taken", "tools", "usage")
 
     def __init__(self) -> None:
         self.after_tool = False  # a tool step came since the last answer text
+        self.cut = False  # the connection broke off while the answer still runs (resumable)
+        self.taken = 0  # how many of the run's events were taken in (a resume skips them)
         self.answer_done = False
         self.answer_text = ""
         self.finished = False

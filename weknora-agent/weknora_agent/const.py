@@ -7,8 +7,16 @@ API_PREFIX = "/api/v1"
 EXAMPLE_BASE_URL = "http://localhost:8080/api/v1"
 
 SESSIONS_PATH = "/sessions"
+SESSION_PATH = "/sessions/{sid}"  # DELETE: what a LangBot reset left behind
 CHAT_PATHS = {"chat": "/knowledge-chat/{sid}", "agent": "/agent-chat/{sid}"}
 STOP_PATH = "/sessions/{sid}/stop"
+CONTINUE_PATH = "/sessions/continue-stream/{sid}"  # ?message_id=: replays the answer's events from the first
+
+# a broken-off answer is resumed at most MAX_RESUMES times in a row without anything new coming
+# (waiting RESUME_BACKOFF, then twice as long, before each retry), MAX_RESUMES_TOTAL times in all
+MAX_RESUMES = 3
+MAX_RESUMES_TOTAL = 20
+RESUME_BACKOFF = 0.5
 
 # the agent used when agent-id is blank (what LangBot's old runner and the migration chose)
 DEFAULT_AGENTS = {"chat": "builtin-quick-answer", "agent": "builtin-smart-reasoning"}
