@@ -98,6 +98,16 @@ def parse_envelope(status: int, body: bytes, content_type: str, flow: str) -> Ru
     return RunnerError(code, f"{head}: {(detail or 'no error details')[:300]}", status=status)
 
 
+def cleanup_error(status: int, body: bytes, content_type: str) -> RunnerError:
+    """A refused delete (an upload after the run, a reset session's messages): for the log only,
+    so the status and Langflow's own words, without the run's hints."""
+    doc = json_doc(body) if body.strip()[:1] in (b"{", b"[") else None
+    detail = _detail_text(doc["detail"]) if isinstance(doc, dict) and "detail" in doc else ""
+    if not detail and not errors.looks_html(body, content_type):
+        detail = body.decode("utf-8", "replace").strip()
+    return RunnerError(status_to_code(status), f"HTTP {status}: {(detail or 'no details')[:200]}", status=status)
+
+
 def stream_error(data: Any) -> tuple[str, str | None] | None:
     """(message, component) of a mid-stream ``error`` event's data; None if it carries no text."""
     if not isinstance(data, dict):

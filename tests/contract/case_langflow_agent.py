@@ -97,6 +97,7 @@ def cases() -> list[PluginCase]:
             stall=stall,
             think=think,
             seen=seen,
+            ended=lambda srv: list(srv.deleted_sessions),
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},

@@ -15,15 +15,36 @@ HTTP chunk per event. Event order per ``srv.mode``:
 ``?stream=false`` answers the RunResponse (``outputs[0].outputs[0].results.message.text`` …), or
 HTTP 500 ``{"detail": "<json string>"}`` when the flow fails. Auth is ``x-api-key`` (header or query):
 missing or wrong → 403 ``{"detail"}``; an unknown flow → 404. ``session_id`` omitted → the flow id
-(every caller shares one memory). ``POST /api/v2/files`` stores an upload under ``<user id>/<file>``;
-a run attaches it with ``tweaks = {"<ChatInput id>": {"files": [path]}}``. ``GET /api/v1/flows/{id}``
-returns the flow with its nodes.
+(every caller shares one memory). A client that closes the stream cancels the run (``cancelled``;
+Langflow 1.13 ``simplified_run_flow``: ``on_disconnect`` cancels the flow's task); the AI message
+stored so far stays (a streaming model's empty partial one). Nothing is sent between events.
+
+Files (``langflow/api/v1/files.py``, ``api/v2/files.py``), auth by ``x-api-key`` (other routes than
+/run answer 403 "No authentication credentials provided" / "Invalid API key"):
+
+- ``POST /api/v2/files`` (or ``/api/v2/files/``) stores an upload as ``<user id>/<name>`` (``<stem> (n).<ext>``
+  when the key owner has that name already) and answers 201 ``{"id", "name", "path", "size", "provider"}``;
+  a name with ``..``, ``/``, ``\\``, NUL, CR/LF or format characters, or a Windows device name: 400.
+  ``DELETE /api/v2/files/{id}`` → 200 ``{"detail"}``, 404 "File not found", 422 for an id that is no UUID.
+- ``POST /api/v1/files/upload/{flow UUID}`` (the images route) stores ``<flow>/<YYYY-mm-dd_HH-MM-SS>_<name>``
+  and answers 201 ``{"flowId", "file_path"}``; a name with a separator: 500; an unknown flow: 404
+  "Flow not found"; a flow id that is no UUID (an endpoint name): 422. ``DELETE
+  /api/v1/files/delete/{flow}/{name}`` → 200 ``{"message"}``, also for a file already gone.
+- A run attaches files with ``tweaks = {"<ChatInput id>": {"files": [path]}}``; a path not in storage
+  fails the Chat Input ("File not found").
+
+``GET /api/v1/flows/{UUID}`` returns the flow with its nodes (an endpoint name: 422);
+``GET /api/v1/flows/?header_flows=true`` the key owner's flow headers (``id``, ``endpoint_name``, …).
+``DELETE /api/v1/monitor/messages/session/{session_id}`` deletes that session's messages (its chat
+memory) and answers 204 with no body, also for a session that has none.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -53,6 +74,22 @@ _FAULT_BODIES: dict[int, tuple[str, Any]] = {
 }
 FAULTS: tuple[str, ...] = fault_names(_FAULT_BODIES)
 MODES = ("llm", "plain")
+NO_CREDENTIALS = "No authentication credentials provided"
+_DEVICE_NAME = re.compile(r"^(?:CON|PRN|AUX|NUL|CONIN\$|CONOUT\$|COM[0-9¹²³]|LPT[0-9¹²³])(?=[ .]|$)", re.I)
+
+
+def _uuid(value: str) -> str | None:
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        return None
+
+
+def _uuid_error(value: str, field_name: str) -> list[dict[str, Any]]:
+    """FastAPI's 422 body for a path parameter that is no UUID."""
+    bad = next((i for i, ch in enumerate(value) if ch not in "0123456789abcdefABCDEF-"), 0)
+    return [{"type": "uuid_parsing", "loc": ["path", field_name],
+             "msg": f"Input should be a valid UUID, invalid character: found `{value[bad:bad + 1]}` at {bad + 1}"}]
 
 
 @dataclass
@@ -82,6 +119,17 @@ class Run:
     tweaks: dict[str, Any]
     files: list[str] = field(default_factory=list)
     global_vars: dict[str, str] = field(default_factory=dict)
+    cancelled: bool = False  # the client closed the stream: Langflow cancels the flow's task
+
+
+@dataclass
+class StoredFile:
+    """One file in storage: a v2 upload has a record (``id``) in "My Files", a v1 one has none."""
+
+    path: str
+    data: bytes
+    id: str | None = None
+    name: str = ""
 
 
 class _Aborted(Exception):
@@ -116,7 +164,11 @@ class FakeLangflow(PlatformFake):
         self.fail_component: str | None = None  # the flow fails in this component with fail_text
         self.fail_text = "fake upstream failure"
         self.echo_memory = False  # answer with what the session remembers (proves memory is kept)
+        self.answer_files: list[str] = []  # storage paths the flow attaches to its answer (a Chat Output's files)
         self.keep_uploads = True  # False: uploads are answered, then lost (runs naming them fail)
+        self.upload_faults: list[int | None] = []  # one per upload request, in order: refuse it with this status
+        self.delete_fault: int | None = None  # the delete routes answer this status (500: storage trouble)
+        self.delete_delay = 0.0  # seconds the delete routes take
         self.fault_queue: list[str | None] = []
         self.stall_seconds = 3600.0
         self._fault_flow = ""  # the flow named in the http_404 fault body
@@ -124,12 +176,20 @@ class FakeLangflow(PlatformFake):
         # -- recorded state --
         self.runs: list[Run] = []
         self.sessions: dict[str, list[tuple[str, str]]] = {}  # session id -> [(sender, text)]
-        self.uploads: dict[str, bytes] = {}  # path -> bytes
+        self.uploads: dict[str, bytes] = {}  # path -> bytes: every upload received, kept after a delete
+        self.stored: dict[str, StoredFile] = {}  # path -> what storage holds now
+        self.deleted: list[str] = []  # paths deleted, in order
+        self.deleted_sessions: list[str] = []  # sessions whose messages were deleted (monitor route)
 
         self.add_route("POST", "/api/v1/run/{flow}", self._run)
+        self.add_route("GET", "/api/v1/flows/", self._list_flows)
         self.add_route("GET", "/api/v1/flows/{flow}", self._get_flow)
         self.add_route("POST", "/api/v2/files", self._upload)
         self.add_route("POST", "/api/v2/files/", self._upload)
+        self.add_route("DELETE", "/api/v2/files/{file_id}", self._delete_file)
+        self.add_route("POST", "/api/v1/files/upload/{flow}", self._upload_v1)
+        self.add_route("DELETE", "/api/v1/files/delete/{flow}/{name}", self._delete_v1)
+        self.add_route("DELETE", "/api/v1/monitor/messages/session/{session}", self._delete_session)
         self.add_route("GET", "/health", self._health)
 
     # -- public helpers ----------------------------------------------------------------------
@@ -158,13 +218,15 @@ class FakeLangflow(PlatformFake):
     def _key(self, req: Request) -> str | None:
         return req.headers.get("x-api-key") or req.query.get("x-api-key")
 
-    async def _auth(self, req: Request, resp: Response) -> bool:
+    async def _auth(self, req: Request, resp: Response, *, run: bool = False) -> bool:
+        """/run checks the key itself (``api_key_security``); the other routes through the current
+        user (``get_current_active_user``), with other words."""
         key = self._key(req)
         if not key:
-            await self._detail(resp, 403, AUTO_LOGIN_403)
+            await self._detail(resp, 403, AUTO_LOGIN_403 if run else NO_CREDENTIALS)
             return False
         if key != self.api_key and key not in self.api_keys:
-            await self._detail(resp, 403, "Invalid or missing API key")
+            await self._detail(resp, 403, "Invalid or missing API key" if run else "Invalid API key")
             return False
         return True
 
@@ -180,7 +242,11 @@ class FakeLangflow(PlatformFake):
     async def _get_flow(self, req: Request, resp: Response) -> None:
         if not await self._auth(req, resp):
             return
-        flow = self._flow(req.path_params["flow"])
+        ident = req.path_params["flow"]
+        if _uuid(ident) is None:  # the route takes a UUID only, no endpoint name
+            await self._detail(resp, 422, _uuid_error(ident, "flow_id") * 2)
+            return
+        flow = self.flows.get(_uuid(ident) or "")
         if flow is None:
             await self._detail(resp, 404, "Flow not found")
             return
@@ -192,24 +258,158 @@ class FakeLangflow(PlatformFake):
         await resp.json(200, {"id": flow.id, "name": flow.name, "endpoint_name": flow.endpoint_name,
                               "user_id": USER_ID, "data": {"nodes": nodes, "edges": []}})
 
-    async def _upload(self, req: Request, resp: Response) -> None:
+    async def _list_flows(self, req: Request, resp: Response) -> None:
+        """The key owner's flows; ``header_flows=true``: headers only (``data`` null for a flow)."""
         if not await self._auth(req, resp):
             return
-        try:
-            form = req.form()
-        except ValueError:
-            await self._detail(resp, 422, [{"type": "missing", "loc": ["body", "file"], "msg": "Field required"}])
+        headers = req.query.get("header_flows", "false").lower() == "true"
+        out = []
+        for flow in self.flows.values():
+            doc: dict[str, Any] = {"id": flow.id, "name": flow.name, "folder_id": "419b50f4-6358-4c11-bd8e-f8524255256b",
+                                   "is_component": False, "endpoint_name": flow.endpoint_name,
+                                   "description": "", "data": None, "access_type": "PRIVATE", "tags": [],
+                                   "mcp_enabled": False, "flow_type": "workflow", "updated_at": _ts()}
+            if not headers:
+                doc["user_id"] = USER_ID
+            out.append(doc)
+        await resp.json(200, out)
+
+    async def _upload(self, req: Request, resp: Response) -> None:
+        """v2: the key owner's "My Files", ``<user id>/<name>`` (a name taken gets `` (n)``)."""
+        if not await self._auth(req, resp):
             return
-        part = form.files.get("file")
+        part = self._file_part(req)
         if part is None:
             await self._detail(resp, 422, [{"type": "missing", "loc": ["body", "file"], "msg": "Field required"}])
             return
+        if await self._upload_fault(resp):
+            return
+        name = part.filename or ""
+        if not name:
+            await self._detail(resp, 400, "No file provided")
+            return
+        if bad := _bad_v2_name(name):
+            await self._detail(resp, 400, bad)
+            return
+        root, dot, ext = name.rpartition(".")
+        if not dot:
+            root, ext = name, ""
+        taken = [f.name for f in self.stored.values() if f.id is not None and f.name.startswith(root)]
+        if taken:
+            counts = [int(m.group(1)) for n in taken if (m := re.search(r"\((\d+)\)(?=\.\w+$|$)", n))]
+            root = f"{root} ({(max(counts) if counts else 0) + 1})"
         fid = str(uuid.uuid4())
-        name, _, ext = (part.filename or "file").rpartition(".")
-        path = f"{USER_ID}/{fid}.{ext}" if name else f"{USER_ID}/{fid}"
+        path = f"{USER_ID}/{root}.{ext}" if ext else f"{USER_ID}/{root}"
+        self.uploads[path] = part.data
         if self.keep_uploads:
-            self.uploads[path] = part.data
-        await resp.json(201, {"id": fid, "name": name or ext, "path": path, "size": len(part.data), "provider": None})
+            self.stored[path] = StoredFile(path, part.data, fid, root)
+        await resp.json(201, {"id": fid, "name": root, "path": path, "size": len(part.data), "provider": None})
+
+    async def _upload_v1(self, req: Request, resp: Response) -> None:
+        """v1 (the route for images): beside the flow, ``<flow>/<timestamp>_<name>``, no record."""
+        if not await self._auth(req, resp):
+            return
+        ident = req.path_params["flow"]
+        if _uuid(ident) is None:
+            await self._detail(resp, 422, _uuid_error(ident, "flow_id"))
+            return
+        flow = self.flows.get(_uuid(ident) or "")
+        if flow is None:
+            await self._detail(resp, 404, "Flow not found")
+            return
+        part = self._file_part(req)
+        if part is None:
+            await self._detail(resp, 422, [{"type": "missing", "loc": ["body", "file"], "msg": "Field required"}])
+            return
+        if await self._upload_fault(resp):
+            return
+        name = part.filename or ""
+        if "/" in name or "\\" in name or ".." in name:
+            await self._detail(resp, 500, "Invalid file name: contains path separators")
+            return
+        path = f"{flow.id}/{time.strftime('%Y-%m-%d_%H-%M-%S')}_{name}"
+        self.uploads[path] = part.data
+        if self.keep_uploads:
+            self.stored[path] = StoredFile(path, part.data)
+        await resp.json(201, {"flowId": flow.id, "file_path": path})
+
+    async def _upload_fault(self, resp: Response) -> bool:
+        """The next ``upload_faults`` entry, if it refuses this upload (True: answered)."""
+        status = self.upload_faults.pop(0) if self.upload_faults else None
+        if status is None:
+            return False
+        if status == 413:
+            await self._detail(resp, 413, "File size is larger than the maximum file size 1024MB.")
+        else:
+            await self.error_body(resp, status, None)
+        return True
+
+    @staticmethod
+    def _file_part(req: Request) -> Any:
+        try:
+            return req.form().files.get("file")
+        except ValueError:
+            return None
+
+    async def _delete_pause(self, resp: Response) -> bool:
+        """The delete routes' knobs; False when the response was sent (a fault) or the client left."""
+        if self.delete_delay > 0 and not await resp.stall(self.delete_delay):
+            return False
+        if self.delete_fault is not None:
+            await self._detail(resp, self.delete_fault, "Failed to delete file from storage. Please try again. "
+                                                        "Error: storage unavailable")
+            return False
+        return True
+
+    async def _delete_file(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
+        ident = req.path_params["file_id"]
+        if _uuid(ident) is None:
+            await self._detail(resp, 422, _uuid_error(ident, "file_id"))
+            return
+        if not await self._delete_pause(resp):
+            return
+        found = next((f for f in self.stored.values() if f.id == _uuid(ident)), None)
+        if found is None:
+            await self._detail(resp, 404, "File not found")
+            return
+        del self.stored[found.path]
+        self.deleted.append(found.path)
+        await resp.json(200, {"detail": f"File {found.name} deleted successfully"})
+
+    async def _delete_v1(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
+        ident, name = req.path_params["flow"], req.path_params["name"]
+        if ".." in name or "\\" in name:
+            await self._detail(resp, 400, "Invalid file name. Use a simple file name without directory paths or '..'.")
+            return
+        if _uuid(ident) is None:
+            await self._detail(resp, 422, _uuid_error(ident, "flow_id"))
+            return
+        flow = self.flows.get(_uuid(ident) or "")
+        if flow is None:
+            await self._detail(resp, 404, "Flow not found")
+            return
+        if not await self._delete_pause(resp):
+            return
+        path = f"{flow.id}/{name}"
+        if self.stored.pop(path, None) is not None:  # a file already gone: 200 all the same
+            self.deleted.append(path)
+        await resp.json(200, {"message": f"File {name} deleted successfully"})
+
+    async def _delete_session(self, req: Request, resp: Response) -> None:
+        """The session's messages, i.e. the flow's memory of it; 204 with no body, also for none."""
+        if not await self._auth(req, resp):
+            return
+        session = req.path_params["session"]
+        if self.delete_fault is not None:
+            await self._detail(resp, self.delete_fault, "database is locked")
+            return
+        self.sessions.pop(session, None)
+        self.deleted_sessions.append(session)
+        await resp.send(204, b"", "application/json")
 
     def _snapshot(self) -> SimpleNamespace:
         fault = self.fault_queue.pop(0) if self.fault_queue else self.fault
@@ -220,12 +420,12 @@ class FakeLangflow(PlatformFake):
         return SimpleNamespace(
             fault=fault, mode=self.mode, tokens=list(self.answer_tokens), delay=self.token_delay,
             usage=self.include_usage, repeat=self.repeat_final, fail=self.fail_component, fail_text=self.fail_text,
-            echo_memory=self.echo_memory,
+            echo_memory=self.echo_memory, answer_files=list(self.answer_files),
         )
 
     async def _run(self, req: Request, resp: Response) -> None:
         s = self._snapshot()
-        if not await self._auth(req, resp):
+        if not await self._auth(req, resp, run=True):
             return
         ident = req.path_params["flow"]
         flow = self._flow(ident)
@@ -269,7 +469,7 @@ class FakeLangflow(PlatformFake):
                          if k.startswith("x-langflow-global-var-")},
         )
         self.runs.append(run)
-        missing = [f for f in run.files if f not in self.uploads]
+        missing = [f for f in run.files if f not in self.stored]
         if missing and not s.fail:
             s.fail, s.fail_text = "Chat Input", f"File not found: {missing[0]}"
         memory = list(self.sessions.get(session, []))
@@ -287,6 +487,10 @@ class FakeLangflow(PlatformFake):
             else:
                 await self._blocking(ctx, resp)
         except _Aborted:
+            if resp.client_disconnected and not resp.aborted:
+                run.cancelled = True  # on_disconnect: the flow's task is cancelled
+                if ctx.partial_stored:
+                    turns.append(("Machine", ""))  # the partial AI message stays as it was stored
             return
         if ctx.completed:
             turns.append(("Machine", answer))
@@ -336,6 +540,7 @@ class FakeLangflow(PlatformFake):
                 return
         else:
             await self._send(resp, "add_message", c.message("Machine", "", state="partial"))
+            c.partial_stored = True
             await self._send(resp, "token", {"chunk": "", "id": c.ai_id})
             for i, tok in enumerate(s.tokens):
                 if i:
@@ -408,6 +613,7 @@ class _Ctx:
         self.ai_id = str(uuid.uuid4())
         self.ts = _ts()
         self.completed = False
+        self.partial_stored = False  # the streaming model's empty AI message was stored
 
     def usage(self) -> dict[str, int] | None:
         if not self.s.usage or self.s.mode != "llm":
@@ -433,7 +639,8 @@ class _Ctx:
         inner = {"timestamp": self.ts, "sender": "User" if user else ("Machine" if not error else sender),
                  "sender_name": "User" if user else ("AI" if not error else sender),
                  "session_id": self.run.session_id, "context_id": "" if not error else None, "text": text,
-                 "files": list(self.run.files) if user else [], "error": False, "edit": False, "properties": props,
+                 "files": list(self.run.files) if user else ([] if error else list(self.s.answer_files)),
+                 "error": False, "edit": False, "properties": props,
                  "category": "error" if error else "message",
                  "content_blocks": [{"title": "Error", "contents": [{"type": "error", "component": sender,
                                     "reason": f"**Error**\n - **{text.strip()}**\n", "traceback": "Traceback ..."}]}]
@@ -452,15 +659,28 @@ class _Ctx:
         msg = self.message("Machine", self.answer, usage=True)
         out = {
             "results": {"message": msg},
-            "artifacts": {"message": self.answer, "sender": "Machine", "sender_name": "AI", "files": [],
-                          "type": "object"},
+            "artifacts": {"message": self.answer, "sender": "Machine", "sender_name": "AI",
+                          "files": list(self.s.answer_files), "type": "object"},
             "outputs": {"message": {"message": self.answer, "type": "text"}},
             "logs": {"message": []},
             "messages": [{"message": self.answer, "sender": "Machine", "sender_name": "AI",
                           "session_id": self.run.session_id, "stream_url": None,
-                          "component_id": self.flow.chat_output_id, "files": [], "type": "text"}],
+                          "component_id": self.flow.chat_output_id, "files": list(self.s.answer_files),
+                          "type": "text"}],
             "timedelta": None, "duration": None, "component_display_name": "Chat Output",
             "component_id": self.flow.chat_output_id, "used_frozen_result": False, "token_usage": None,
         }
         inputs = {"input_value": self.run.input_value} if self.run.input_type in ("chat", "any") else {}
         return {"session_id": self.run.session_id, "outputs": [{"inputs": inputs, "outputs": [out]}]}
+
+
+def _bad_v2_name(name: str) -> str | None:
+    """Why ``/api/v2/files`` refuses a file name (``_validate_file_name``), or None."""
+    if any(x in name for x in ("..", "/", "\\", "\x00", "\n", "\r")) or any(
+            unicodedata.category(ch) in ("Cf", "Zl", "Zp") for ch in name):
+        return "Invalid file name: paths, '..', NUL, CR/LF, and unsafe Unicode formatting are forbidden."
+    if len(name.encode("utf-8")) > 255:
+        return "File name is too long. Maximum 255 bytes allowed."
+    if _DEVICE_NAME.match(name):
+        return f"Invalid file name. '{name}' is a reserved system name."
+    return None

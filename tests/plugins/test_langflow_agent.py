@@ -147,7 +147,7 @@ async def test_image_uploaded_then_attached_to_the_chat_input_by_tweaks(srv, hos
     tweaks = {"ChatInput-Wna_m": {"should_store_message": True}}
     results = await run(runner, host, "what is this", config=cfg(srv, tweaks=tweaks), contents=contents)
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
-    (upload,) = srv.find_requests("POST", "/api/v2/files")
+    (upload,) = srv.find_requests("POST", f"/api/v1/files/upload/{srv.flow_id}")  # the route for images
     assert upload.headers["x-api-key"] == KEY and upload.form().files["file"].data.startswith(b"\x89PNG")
     assert srv.find_requests("GET", f"/api/v1/flows/{srv.flow_id}"), "the Chat Input id is looked up"
     (path,) = srv.uploads

@@ -10,17 +10,24 @@
 - Flows (``langflow_flows.py``, built with lfx's graph API in the Langflow venv): Chat Input → Chat
   Output; Chat Input → OpenAI (streaming, base URL = ``tests.fakes.openai.FakeOpenAI``, Message
   History as the system message) → Chat Output; the same pointing at a fake model that answers 500.
+- Uploads: an image goes by ``/api/v1/files/upload/{flow}``, another file by ``/api/v2/files``; both
+  must be gone after the run (``GET /api/v1/files/list/{flow}``, ``GET /api/v2/files``). A LangBot
+  reset deletes the old session's messages (``GET /api/v1/monitor/messages``). Closing the stream
+  (a stop) makes Langflow cancel the flow, which drops its model call.
 - Langflow (a process group of its own) is stopped by its PID at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
 import shutil
+import struct
 import subprocess
 import time
+import zlib
 from pathlib import Path
 
 import httpx
@@ -43,6 +50,22 @@ FLOWS_SCRIPT = Path(__file__).with_name("langflow_flows.py")
 TIMINGS: dict[str, float] = {}
 ANSWER = "Hello from the fake model."
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
+ECHO_ENDPOINT = "lb-echo"  # the echo flow's endpoint name
+
+
+def _real_png() -> bytes:
+    """A 2×2 PNG that PIL opens (Langflow checks an image by its content before giving it to a model)."""
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * 2 for _ in range(2))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+IMAGE = base64.b64encode(_real_png()).decode()
+TXT = base64.b64encode(b"the secret word is kiwi").decode()
 
 
 def say(text: str) -> None:
@@ -70,6 +93,19 @@ class Peer:
                       headers={"x-api-key": self.key}, timeout=30)
         r.raise_for_status()
         return r.json()
+
+    def get(self, path: str) -> object:
+        r = httpx.get(self.url + path, headers={"x-api-key": self.key}, timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def flow_files(self, flow: str) -> list[str]:
+        """What the v1 (images) route keeps beside the flow."""
+        return list(self.get(f"/api/v1/files/list/{self.flows[flow]}")["files"])  # type: ignore[index]
+
+    def my_files(self) -> list[str]:
+        """The key owner's "My Files" (v2)."""
+        return [f["path"] for f in self.get("/api/v2/files")]  # type: ignore[union-attr]
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +146,8 @@ def peer(tmp_path_factory):
         assert built.returncode == 0, built.stderr[-2000:]
         flows = {}
         for name, body in json.loads(built.stdout).items():
+            if name == "echo":
+                body["endpoint_name"] = ECHO_ENDPOINT
             r = httpx.post(url + "/api/v1/flows/", headers={"x-api-key": key}, json=body, timeout=60)
             assert r.status_code == 201, r.text[:500]
             flows[name] = r.json()["id"]
@@ -225,6 +263,95 @@ async def test_image_is_uploaded_and_attached_to_the_chat_input(peer):
     files = user[0]["files"]
     files = json.loads(files) if isinstance(files, str) else files
     assert len(files) == 1 and str(files[0]).endswith(".png"), user[0]
+    await _cleanups()
+    assert peer.flow_files("echo") == [], "deleted after the run"
+
+
+async def _cleanups() -> None:
+    from langflow_agent import adapter  # loaded with the plugin's runner
+
+    await asyncio.wait_for(adapter.cleanups_done(), 15)
+
+
+async def test_an_image_and_a_file_reach_the_model_then_both_are_deleted(peer):
+    """The image by the v1 route, the text file by v2: the model gets the image as an image part and
+    the file's text; afterwards neither is left beside the flow nor in the key owner's "My Files"."""
+    host = _host()
+    before = len(peer.model.chat_requests)
+    contents = [{"type": "text", "text": "what are these"}, {"type": "image_base64", "image_base64": IMAGE},
+                {"type": "file_base64", "file_base64": TXT, "file_name": "notes.txt"}]
+    results = await run(make_runner("langflow-agent", host), host, "what are these", config=peer.config("llm"),
+                        contents=contents, identity=Identity(conversation_id="real-files"))
+    assert final_text(results) == ANSWER, terminal(results).data
+    parts = peer.model.chat_requests[before]["messages"][-1]["content"]
+    kinds = [p["type"] for p in parts]
+    assert kinds.count("image_url") == 1 and parts[kinds.index("image_url")]["image_url"]["url"].startswith(
+        "data:image/png;base64,"), kinds
+    assert any("the secret word is kiwi" in (p.get("text") or "") for p in parts), parts
+    await _cleanups()
+    assert peer.flow_files("llm") == [] and not [p for p in peer.my_files() if "notes" in p], peer.my_files()
+
+
+async def test_an_endpoint_name_finds_the_flow_for_the_image_route(peer):
+    host = _host()
+    contents = [{"type": "text", "text": "named"}, {"type": "image_base64", "image_base64": IMAGE}]
+    results = await run(make_runner("langflow-agent", host), host, "named",
+                        config={**peer.config("echo"), "flow-id": ECHO_ENDPOINT}, contents=contents)
+    assert final_text(results) == "named", terminal(results).data
+    await _cleanups()
+    assert peer.flow_files("echo") == []
+
+
+async def test_uploads_are_deleted_when_the_flow_fails(peer):
+    host = _host()
+    contents = [{"type": "text", "text": "x"}, {"type": "image_base64", "image_base64": IMAGE}]
+    results = await run(make_runner("langflow-agent", host), host, "x", config=peer.config("failing"),
+                        contents=contents)
+    assert failure(results)[0] == "upstream.error"
+    await _cleanups()
+    assert peer.flow_files("failing") == []
+
+
+async def test_a_stop_closes_the_stream_langflow_drops_the_model_call_and_the_upload_is_deleted(peer):
+    host = _host()
+    runner = make_runner("langflow-agent", host)
+    peer.model.token_delay = 0.6
+    drops = peer.model.client_disconnects
+    try:
+        contents = [{"type": "text", "text": "long one"}, {"type": "image_base64", "image_base64": IMAGE}]
+        gen = runner.invoke(host.make_context("long one", config=peer.config("llm"), contents=contents,
+                                              identity=Identity(conversation_id="real-stop")))
+        async for r in gen:
+            if rtype(r) == "message.delta":
+                break
+        await gen.aclose()
+        assert await peer.model.wait_until_async(lambda: peer.model.client_disconnects > drops, 10), \
+            "Langflow cancelled the flow, which dropped its model call"
+    finally:
+        peer.model.token_delay = 0.15
+    await _cleanups()
+    assert peer.flow_files("llm") == []
+    stored = peer.get(f"/api/v1/monitor/messages?flow_id={peer.flows['llm']}")
+    (asked,) = [m for m in stored if m["text"] == "long one"]  # type: ignore[union-attr]
+    answers = [m["text"] for m in peer.messages(asked["session_id"]) if m["sender"] == "Machine"]
+    assert ANSWER not in answers, answers
+
+
+async def test_a_reset_deletes_the_old_sessions_messages_so_the_model_forgets(peer):
+    host = _host()
+    runner = make_runner("langflow-agent", host)
+    ident = Identity(conversation_id="real-reset", actor_id="carol")
+    first = await run(runner, host, "remember the word mango", config=peer.config("llm"), identity=ident)
+    (old,) = state_updates(first).values()
+    assert len(peer.messages(old)) == 2
+    host.reset_conversation(ident)  # as LangBot 4.11.2 does it
+    before = len(peer.model.chat_requests)
+    after = await run(runner, host, "which word?", config=peer.config("llm"), identity=ident)
+    assert final_text(after) == ANSWER
+    (new,) = state_updates(after).values()
+    assert new != old and peer.messages(old) == [], "the old session's messages (its memory) are gone"
+    assert "mango" not in _prompt(peer.model.chat_requests[before])
+    assert [m["text"] for m in peer.messages(new)] == ["which word?", ANSWER]
 
 
 @pytest.mark.parametrize(("uv", "words"), [(None, "`uv` is not installed"), ("/bin/false", "failed (exit 1)")])
