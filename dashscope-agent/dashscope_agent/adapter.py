@@ -14,12 +14,17 @@ One turn is one ``POST {base}/apps/{app_id}/completion`` with ``X-DashScope-SSE:
 ``data:{"code", "message", "request_id"}``, then the stream ends. ``output.session_id`` is the
 conversation handle (server-side history); there is no end-user field, so the kit's identity
 option only decides whose stored session a message continues.
+
+The application API has no call to stop a running answer and none to end or delete a session: a
+cancelled run only closes its stream, and a reset session is simply never sent again (DashScope
+documents a session as kept for one hour).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any
 
@@ -27,13 +32,14 @@ from runner_kit import events as ev
 from runner_kit import texts
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body
-from runner_kit.inputs import InputFile
+from runner_kit.inputs import InputFile, upload_all
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.wire import maybe_json, open_answer, tool_input
 
-from . import const
+from . import const, uploads
+from .citations import Citations
 from .errors import BASE_URL_HINT, error_fields, map_error, parse_envelope, session_gone
 
 log = get_logger("runner_kit.dashscope")
@@ -42,6 +48,8 @@ MAX_JSON_BODY = 16 * 1024 * 1024
 DEFAULT_BASE_PROMPT = "Please look at the attached images or files and answer."
 DEFAULT_BASE_PROMPT_ZH = "请查看附带的图片或文件并回答。"
 _NOT_FINISHED = (None, "", "null")
+# each run's prepared images and files (held only while the run's environment lives)
+_PREPARED: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
 _COMPLETION_SUFFIX = re.compile(r"/apps/[^/]+/completion$")
 
 
@@ -72,6 +80,39 @@ def _web_url(f: InputFile) -> str | None:
     return url if url.lower().startswith(("http://", "https://")) else None
 
 
+def _is_image(f: InputFile) -> bool:
+    return f.kind == "image" or f.mime_type.startswith("image/")
+
+
+def _shown_name(name: str) -> str:
+    """A file name the sender chose, quoted and shortened for a chat line."""
+    clean = " ".join(name.split())
+    return f"'{clean[:57]}...'" if len(clean) > 60 else f"'{clean}'"
+
+
+class _Prepared:
+    """What of the message's images and files goes up, and a note for what does not."""
+
+    __slots__ = ("files", "images", "notes", "oss", "reasons")
+
+    def __init__(self) -> None:
+        self.images: list[str] = []
+        self.files: list[str] = []
+        self.oss = False  # an image is an oss:// link of the temporary storage
+        self.notes: list[str] = []  # chat lines, in the run's language
+        self.reasons: list[str] = []  # why each left-out file was left out (for an error message)
+
+    def leave_out(self, names: list[str], en: str, zh: str, **values: str) -> None:
+        if not names:
+            return
+        shown = texts.join([_shown_name(n) for n in names])
+        self.notes.append(texts.t("(Not sent to DashScope: {names}; " + en + ".)",
+                                  "（未发送给 DashScope：{names}；" + zh + "。）", names=shown, **values))
+        self.reasons.append(f"{', '.join(_shown_name(n) for n in names)}: {texts.Said(en, zh, **values)}")
+        log.info("%s: not sent: %s (%s)", const.PLATFORM, ", ".join(_shown_name(n) for n in names),
+                 en.format(**values) if values else en)
+
+
 class DashScopeAdapter(Adapter):
     """Maps one LangBot turn onto a Bailian agent or workflow app."""
 
@@ -94,25 +135,65 @@ class DashScopeAdapter(Adapter):
         workspace = str(cfg.get("workspace-id") or "").strip()
         if workspace:
             self.headers["X-DashScope-WorkSpace"] = workspace
+        self.api_key = str(cfg["api-key"])
+        self.upload_model = str(cfg.get("image-upload-model", const.DEFAULT_UPLOAD_MODEL) or "").strip()
+        self.show_references = cfg.get("show-references", True) is not False
 
     # --- request building ----------------------------------------------------------------------
 
-    def _attachments(self) -> tuple[list[str], list[str]]:
-        images: list[str] = []
-        files: list[str] = []
+    async def _prepare(self) -> _Prepared:
+        """Links go up as they came; images sent as data are put into DashScope's temporary storage
+        (uploads.py); documents and voice sent as data cannot go up with an API key (a Bailian app
+        reads those only from links or from Bailian's own file store), so they are left out."""
+        out = _Prepared()
+        data_images: list[InputFile] = []
+        no_upload: list[str] = []
+        documents: list[str] = []
         for f in self.env.input.files:
             url = _web_url(f)
-            if url is None:
-                log.info(
-                    "%s: not sending '%s': the app API takes images and files only as http(s) links, "
-                    "and this one arrived as data (%s)",
-                    self.platform,
-                    f.name[:80],
-                    f.mime_type,
-                )
-                continue
-            (images if f.kind == "image" or f.mime_type.startswith("image/") else files).append(url)
-        return images, files
+            if url is not None:
+                (out.images if _is_image(f) else out.files).append(url)
+            elif f.data is None:
+                continue  # the kit skipped what it could not read
+            elif not _is_image(f):
+                documents.append(f.name)
+            elif not self.upload_model:
+                no_upload.append(f.name)
+            else:
+                data_images.append(f)
+        out.leave_out(documents, "the app takes documents and audio only as links",
+                      "应用只接收链接形式的文档和音频")
+        out.leave_out(no_upload, "uploading images is turned off ({label} is empty)",
+                      "已关闭图片上传（{label}为空）", label=texts.label("image-upload-model"))
+        if data_images:
+            await self._upload_images(data_images, out)
+        return out
+
+    async def _upload_images(self, images: list[InputFile], out: _Prepared) -> None:
+        client = self.env.client
+        try:
+            policy = await uploads.get_policy(client, self.base, self.api_key, self.upload_model, self.env.budget())
+        except uploads.UploadError as err:
+            out.leave_out([f.name for f in images], "they could not be uploaded ({why})", "图片未能上传（{why}）",
+                          why=err.why)
+            return
+
+        async def one(f: InputFile) -> str | uploads.UploadError:
+            try:
+                return await uploads.upload(client, policy, f, self.env.budget())
+            except uploads.UploadError as err:
+                return err
+
+        got = await upload_all(images, one)
+        failed: dict[str, list[str]] = {}
+        for f, link in zip(images, got, strict=True):
+            if isinstance(link, str):
+                out.images.append(link)
+                out.oss = True
+            else:
+                failed.setdefault(link.why, []).append(f.name)
+        for why, names in failed.items():
+            out.leave_out(names, "it could not be uploaded ({why})", "未能上传（{why}）", why=why)
 
     def _biz_params(self) -> dict[str, Any]:
         params: dict[str, Any] = dict(self.env.config.get("biz-params") or {})
@@ -120,20 +201,21 @@ class DashScopeAdapter(Adapter):
             params.update(self.env.input.params)  # pipeline variables become the Start node's inputs
         return params
 
-    def request(self) -> tuple[str, dict[str, Any]]:
+    def request(self, prepared: _Prepared | None = None) -> tuple[str, dict[str, Any]]:
         cfg, inp = self.env.config, self.env.input
+        prepared = prepared or _Prepared()
         text = inp.text.strip()
-        images, files = self._attachments()
+        images, files = prepared.images, prepared.files
         if not text and not images and not files:
-            raise RunnerError(
-                "input.invalid",
-                "nothing in this message can be sent to DashScope: it takes images and files only as http(s) "
-                "links, and these arrived as uploaded data",
-            )
+            why = "; ".join(str(r) for r in prepared.reasons) or "images and files go up only as links or uploads"
+            raise RunnerError("input.invalid", f"nothing in this message can be sent to DashScope ({why})")
         prompt = text or texts.own_or_builtin(cfg.get("base-prompt"), DEFAULT_BASE_PROMPT, DEFAULT_BASE_PROMPT_ZH)
         data: dict[str, Any] = {"prompt": prompt}
         if self.env.session.current:
             data["session_id"] = self.env.session.current
+        memory = str(cfg.get("memory-id") or "").strip()
+        if memory:
+            data["memory_id"] = memory
         biz = self._biz_params()
         if biz:
             data["biz_params"] = biz
@@ -141,26 +223,50 @@ class DashScopeAdapter(Adapter):
             data["image_list"] = images
         if files:
             data["file_list"] = files
+        reference_type = str(cfg.get("doc-reference-type") or "")
+        if reference_type in const.DOC_REFERENCE_TYPES:
+            data["doc_reference_type"] = reference_type
         parameters: dict[str, Any] = {"incremental_output": True}
         if self.workflow:
             mode = str(cfg.get("flow-stream-mode") or const.DEFAULT_FLOW_STREAM_MODE)
             parameters["flow_stream_mode"] = mode
-        elif cfg.get("show-thoughts", True) is not False:
-            parameters["has_thoughts"] = True
+        else:
+            if cfg.get("show-thoughts", True) is not False:
+                parameters["has_thoughts"] = True
+            thinking = self._thinking()
+            if thinking is not None:
+                parameters["enable_thinking"] = thinking
         url = self.base + const.COMPLETION_PATH.format(app_id=self.app_id)
         return url, {"input": data, "parameters": parameters, "debug": {}}
+
+    def _thinking(self) -> bool | None:
+        """``parameters.enable_thinking`` (agent apps): ``auto`` is what LangBot 4.10 sent, on unless
+        the reasoning is hidden; ``app`` sends nothing and leaves it to the app."""
+        setting = str(self.env.config.get("enable-thinking") or const.THINKING_AUTO)
+        if setting == const.THINKING_APP:
+            return None
+        if setting in (const.THINKING_ON, const.THINKING_OFF):
+            return setting == const.THINKING_ON
+        return self.env.config.get("remove-think") is not True
 
     # --- streaming -------------------------------------------------------------------------------
 
     async def stream(self) -> AsyncIterator[ev.Event]:
-        url, body = self.request()
+        prepared = _PREPARED.get(self.env)
+        if prepared is None:  # the retry on a fresh session reuses what the first attempt uploaded
+            prepared = _PREPARED[self.env] = await self._prepare()
+        url, body = self.request(prepared)
         sent_session = bool(body["input"].get("session_id"))
+        headers = dict(self.headers)
+        if prepared.oss:
+            headers[const.OSS_RESOLVE_HEADER] = "enable"  # lets the app read the oss:// links
 
-        state = _State(sent=body["input"].get("session_id"))
+        state = _State(sent=body["input"].get("session_id"), citations=Citations(keep=self.show_references))
+        state.notes = prepared.notes
         # only DashScope's own word that the session is unknown means the stored id is gone
         async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
                                parse_error=parse_envelope, hint=BASE_URL_HINT,
-                               gone=session_gone if sent_session else None, headers=self.headers,
+                               gone=session_gone if sent_session else None, headers=headers,
                                json=body) as answer:
             resp = answer.resp
             ctype = resp.headers.get("content-type", "").lower()
@@ -211,8 +317,12 @@ class DashScopeAdapter(Adapter):
             if fields is not None and fields[0]:  # an error envelope sent as a result / with a 2xx status
                 raise map_error(status if status and status >= 400 else None, *fields)
             raise RunnerError("upstream.protocol", f"{self.platform} sent an event without 'output'")
-        st.seen_events = True
         out: list[ev.Event] = []
+        if not st.seen_events:
+            st.seen_events = True
+            # what was left out of the message, said once DashScope took it (a stored session it
+            # rejects is retried before anything is shown)
+            out.extend(ev.Text(note + "\n\n") for note in st.notes)
         sid = out_doc.get("session_id")
         if isinstance(sid, str) and sid and sid != st.session:
             if st.sent and st.session is None and sid != st.sent:
@@ -225,15 +335,11 @@ class DashScopeAdapter(Adapter):
         thoughts = out_doc.get("thoughts")
         if isinstance(thoughts, list) and not self.workflow:
             out.extend(self._thoughts(thoughts, st))
-        text = out_doc.get("text")
-        if not (isinstance(text, str) and text):
-            # message_format workflows: the node's message; only while output.text carries nothing
-            text = "" if st.text_seen else _workflow_text(out_doc.get("workflow_message"))
-        elif not st.text_seen:
-            st.text_seen = True
-        if text:
+        text = self._answer_piece(out_doc, st)
+        shown = st.citations.whole(text) if blocking else st.citations.feed(text)
+        if shown:
             st.any_text = True
-            out.append(ev.FinalText(text) if blocking else ev.Text(text))
+            out.append(ev.Text(shown))
         refs = out_doc.get("doc_references")
         if isinstance(refs, list) and refs:
             st.references = refs
@@ -246,6 +352,34 @@ class DashScopeAdapter(Adapter):
             if finish == "length":
                 log.info("%s: the answer was cut at the app's length limit", self.platform)
         return out
+
+    def _answer_piece(self, out_doc: dict[str, Any], st: _State) -> str:
+        """The answer text this event adds.
+
+        Agent apps and ``agent_format`` / ``full_thoughts`` workflows: ``output.text``.
+        ``message_format`` workflows stream the output and End nodes' messages in
+        ``workflow_message.message.content`` and close with one event whose ``output.text`` is the
+        End node's whole text (Bailian "调用工作流应用", message_format example): once messages were
+        shown that closing text only adds what extends them, and it is the answer when no node
+        streamed (a node without its streaming switch)."""
+        text = out_doc.get("text")
+        text = text if isinstance(text, str) else ""
+        message = _workflow_text(out_doc.get("workflow_message")) if self.workflow and not st.text_seen else ""
+        if message:
+            st.messages += message
+            return message
+        if not text:
+            return ""
+        if st.messages:
+            if text.startswith(st.messages):  # the whole text again: only what is new
+                extra = text[len(st.messages) :]
+                st.messages = text
+                return extra
+            log.info("%s: the workflow's closing text differs from the node messages shown; keeping those",
+                     self.platform)
+            return ""
+        st.text_seen = True
+        return text
 
     def _thoughts(self, thoughts: list[Any], st: _State) -> list[ev.Event]:
         """Agent thoughts as reasoning and tool steps.
@@ -282,7 +416,11 @@ class DashScopeAdapter(Adapter):
     def _finish(self, st: _State) -> list[ev.Event]:
         out: list[ev.Event] = []
         cfg = self.env.config
-        if st.references and cfg.get("show-references", True) is not False:
+        rest = st.citations.flush()
+        if rest:
+            st.any_text = True
+            out.append(ev.Text(rest))
+        if st.references and self.show_references:
             block = render_references(st.references, str(cfg.get("references_quote") or ""))
             if block:
                 out.append(ev.Text(("\n\n" if st.any_text else "") + block))
@@ -293,11 +431,14 @@ class DashScopeAdapter(Adapter):
 
 
 class _State:
-    __slots__ = ("any_text", "finished", "reasoning", "references", "seen_events", "sent", "session", "steps",
-                 "text_seen", "usage")
+    __slots__ = ("any_text", "citations", "finished", "messages", "notes", "reasoning", "references", "seen_events",
+                 "sent", "session", "steps", "text_seen", "usage")
 
-    def __init__(self, sent: str | None) -> None:
+    def __init__(self, sent: str | None, citations: Citations | None = None) -> None:
         self.sent = sent  # the session id this request continued (None: a new one)
+        self.citations = citations or Citations()
+        self.notes: list[str] = []  # what was left out of the message, for the chat
+        self.messages = ""  # message_format: the workflow node messages shown so far
         self.session: str | None = None
         self.finished = False
         self.seen_events = False
@@ -418,28 +559,31 @@ def _usage(usage: Any) -> ev.Usage | None:
 
 
 def render_references(refs: list[Any], quote: str) -> str:
-    """The app's cited documents, after the answer: the quote line, then one line per document."""
-    lines: list[str] = []
-    seen: set[str] = set()
+    """The app's cited documents, after the answer: the quote line, then one line per document with
+    the numbers the answer cites it by (several slices of one document share its line)."""
+    order: list[str] = []
+    numbers: dict[str, list[str]] = {}
+    lines: dict[str, str] = {}
     for n, ref in enumerate(refs, 1):
         if not isinstance(ref, dict):
             continue
-        name = str(ref.get("doc_name") or ref.get("title") or "").strip()
+        name = " ".join(str(ref.get("doc_name") or ref.get("title") or "").split())
         url = str(ref.get("doc_url") or "").strip()
         if not name and not url:
             continue
         key = f"{name}\x1f{url}"
-        if key in seen:
-            continue
-        seen.add(key)
+        if key not in numbers:
+            order.append(key)
+            numbers[key] = []
+            line = name
+            if url.lower().startswith(("http://", "https://")) and not any(c.isspace() for c in url):
+                line = f"{line} {url}" if line else url
+            lines[key] = line
         index = str(ref.get("index_id") or n).strip()
-        line = f"[{index}] {name}" if name else f"[{index}]"
-        if url.lower().startswith(("http://", "https://")):
-            line += f" {url}"
-        lines.append(line)
-    if not lines:
+        if index and index not in numbers[key]:
+            numbers[key].append(index)
+    if not order:
         return ""
+    body = ["".join(f"[{i}]" for i in numbers[k]) + (" " + lines[k] if lines[k] else "") for k in order]
     head = quote.strip()
-    return "\n".join(([head] if head else []) + lines)
-
-
+    return "\n".join(([head] if head else []) + body)

@@ -121,9 +121,13 @@ async def test_workflow_modes(srv, client):
     body = {"input": {"prompt": "go", "biz_params": {"k": "v"}},
             "parameters": {"incremental_output": True, "flow_stream_mode": "message_format"}}
     evs = blocks((await post(client, body)).content)
-    assert all(e["data"]["output"]["text"] == "" for e in evs)
-    assert "".join(e["data"]["output"].get("workflow_message", {}).get("message", {}).get("content", "")
-                   for e in evs) == "Hello, world!"
+    # the documented message_format stream: node messages without ``text``, the End node closed, then
+    # one last event whose ``text`` repeats the whole answer (Bailian "调用工作流应用" example)
+    *streamed, closed, last = evs
+    assert all("text" not in e["data"]["output"] for e in [*streamed, closed])
+    assert "".join(e["data"]["output"]["workflow_message"]["message"]["content"] for e in streamed) == "Hello, world!"
+    assert closed["data"]["output"]["workflow_message"]["node_is_completed"] is True
+    assert last["data"]["output"]["text"] == "Hello, world!" and "workflow_message" not in last["data"]["output"]
     assert evs[0]["data"]["usage"] == {} and evs[-1]["data"]["usage"]["models"]
     assert srv.calls[-1].body["input"]["biz_params"] == {"k": "v"}
     body["parameters"]["flow_stream_mode"] = "agent_format"

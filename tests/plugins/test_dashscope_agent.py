@@ -89,9 +89,10 @@ async def test_request_shape(srv, host):
     assert "x-dashscope-workspace" not in req.headers
     assert call.body == {
         "input": {"prompt": "hello"},
-        "parameters": {"incremental_output": True, "has_thoughts": True},
+        "parameters": {"incremental_output": True, "has_thoughts": True, "enable_thinking": True},
         "debug": {},
     }
+    assert "x-dashscope-ossresourceresolve" not in req.headers, "only a request naming oss:// links carries it"
 
 
 async def test_ok_tool_step_is_reported_and_its_thought_shown(srv, host):
@@ -295,7 +296,10 @@ async def test_workflow_gets_pipeline_variables_as_biz_params(srv, host):
     assert final_text(results) == "Hello, world!"
     body = srv.calls[0].body
     assert body["input"]["biz_params"] == {"city": "Beijing", "user_level": "vip"}
-    assert body["parameters"] == {"incremental_output": True, "flow_stream_mode": "agent_format"}
+    # message_format is what LangBot 4.10 sent for every workflow app (langbot-app/LangBot @a715edd
+    # src/langbot/pkg/provider/runners/dashscopeapi.py _workflow_messages), so migrated workflows
+    # answer with the same nodes' messages; no enable_thinking for a workflow (4.10 sent none either)
+    assert body["parameters"] == {"incremental_output": True, "flow_stream_mode": "message_format"}
     assert terminal(results).usage.total_tokens == 12 + 4, "usage {} on intermediate workflow chunks"
 
 
@@ -331,21 +335,24 @@ async def test_image_and_file_links_go_up_as_lists(srv, host):
     assert inp["prompt"] == "看看这个"
 
 
-async def test_base64_images_are_skipped_with_a_log_line(srv, host, caplog):
+async def test_base64_images_are_left_out_with_a_note_when_uploads_are_off(srv, host, caplog):
     caplog.set_level(logging.INFO)
     contents = [{"type": "text", "text": "what is this"}, {"type": "image_base64", "image_base64": PNG}]
-    results = await run(make_runner("dashscope-agent", host), host, "what is this", config=cfg(srv),
-                        contents=contents)
+    config = cfg(srv, **{"advanced-settings": True, "image-upload-model": ""})
+    results = await run(make_runner("dashscope-agent", host), host, "what is this", config=config, contents=contents)
     assert rtype(terminal(results)) == "run.completed"
-    assert "image_list" not in srv.calls[0].body["input"]
-    assert any("http(s) links" in r.getMessage() for r in caplog.records)
+    assert "image_list" not in srv.calls[0].body["input"] and not srv.uploads
+    assert final_text(results) == ("(Not sent to DashScope: 'image-2.png'; uploading images is turned off "
+                                   "(“Model for uploaded images” is empty).)\n\nHello, world!")
+    assert any("not sent" in r.getMessage() for r in caplog.records)
 
 
 async def test_only_a_base64_image_is_explained_and_nothing_is_sent(srv, host):
     contents = [{"type": "image_base64", "image_base64": PNG}]
-    results = await run(make_runner("dashscope-agent", host), host, "", config=cfg(srv), contents=contents)
+    config = cfg(srv, **{"advanced-settings": True, "image-upload-model": ""})
+    results = await run(make_runner("dashscope-agent", host), host, "", config=config, contents=contents)
     code, retryable, message = failure(results)
-    assert code == "input.invalid" and "http(s) links" in message
+    assert code == "input.invalid" and "uploading images is turned off" in message
     assert "could not be sent" in final_text(results)
     assert not srv.find_requests()
 
