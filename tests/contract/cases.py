@@ -123,6 +123,9 @@ class PluginCase:
     forget_sessions: Callable[[Any], None] | None = None
     # every answer request so far, in order
     seen: Callable[[Any], list[Seen]] | None = None
+    # the upstream conversations the fake saw ended or deleted, in order (Adapter.end_conversation);
+    # None: the platform has no such API (its README says so)
+    ended: Callable[[Any], list[str]] | None = None
     # the fake also accepts this key (a second bot on the same platform); returns that bot's config
     second_bot: Callable[[Any, str], dict[str, Any]] | None = None
     # a user-id-source option -> what a group sees ("person": one conversation each, "shared": one)

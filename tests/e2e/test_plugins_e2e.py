@@ -239,7 +239,8 @@ def test_stall(case: PluginCase, server: Any, host: Host, check: None) -> None:
 
 def test_reset(case: PluginCase, server: Any, host: Host, check: None) -> None:
     """A bot owner resets the conversation's context (the WebUI's monitoring page): the next message
-    starts a new upstream conversation, on the same chat."""
+    starts a new upstream conversation, on the same chat, and where the platform can end one the old
+    one is ended (issue 33 item 15)."""
     if case.seen is None:
         pytest.skip(f"{case.plugin}'s contract case cannot see the upstream requests (no seen hook)")
     case.answer(server, TOKENS, 0.0)
@@ -260,6 +261,9 @@ def test_reset(case: PluginCase, server: Any, host: Host, check: None) -> None:
     assert seen[1].conversation and seen[0].conversation in ("", seen[1].conversation), \
         f"the second message did not continue the conversation: {seen}"
     assert seen[2].conversation != seen[1].conversation, f"the reset did not start a new conversation: {seen}"
+    if case.ended is not None:  # the platform can end one: the conversation the reset left is ended, once
+        wait_for("the old upstream conversation to be ended", lambda: case.ended(server) == [seen[1].conversation],
+                 8, interval=0.1)
 
 
 def test_cancel(case: PluginCase, server: Any, host: Host, check: None) -> None:
