@@ -30,6 +30,7 @@ from typing import Any
 from langbot_plugin.api.entities.builtin.provider.message import Message
 from langbot_plugin.api.entities.builtin.runner.result import RunnerResult, RunnerResultType
 
+from . import texts
 from .events import Attachment
 from .texts import t
 from .usage import UsageTotals
@@ -489,12 +490,29 @@ class ResultBuilder:
     def _message(self, text: str, attachments: bool = True) -> RunnerResult:
         content: Any
         if attachments and self.attachments:
-            content = [{"type": "text", "text": text}] if text else []
+            # LangBot 4.11.2 (langbot_plugin provider/message.py _get_content_platform_message_chain)
+            # shows an image_url only when it is an http(s) link and drops the rest; a data: image
+            # goes as image_base64, which it turns into an Image. A file it takes only as a link:
+            # a data: file would reach the platform as a link nobody can open, so it is named instead.
+            content = []
+            undelivered = []
             for att in self.attachments:
-                if att.kind == "image":
+                inline = att.url.startswith("data:")
+                if att.kind == "image" and inline:
+                    content.append({"type": "image_base64", "image_base64": att.url})
+                elif att.kind == "image":
                     content.append({"type": "image_url", "image_url": {"url": att.url}})
+                elif inline:
+                    undelivered.append(att.name or "file")
                 else:
                     content.append({"type": "file_url", "file_url": att.url, "file_name": att.name})
+            if undelivered:
+                names = "、".join(f"“{n}”" for n in undelivered) if texts.current() == texts.ZH else \
+                    ", ".join(f"“{n}”" for n in undelivered)
+                note = texts.t("(Not sent: {names}. LangBot cannot pass a file from this plugin into the chat.)",
+                               "（未发送：{names}。LangBot 无法把本插件生成的文件发到聊天中。）", names=names)
+                text = f"{text}\n\n{note}" if text else note
+            content = ([{"type": "text", "text": text}] if text else []) + content
         else:
             content = text
         extra = {"provider_specific_fields": dict(self.meta)} if self.meta else {}

@@ -92,6 +92,36 @@ def test_final_message_with_attachments():
     assert msg[0]["text"] == "see" and msg[1]["image_url"]["url"] == "http://127.0.0.1/x.png"
 
 
+def test_attachments_reach_the_chat_as_langbot_4_11_2_can_show_them():
+    """LangBot 4.11.2 turns a message's content into the chat message (langbot_plugin
+    provider/message.py _get_content_platform_message_chain): an image_url only when it is an http(s)
+    link (a data: one is dropped without a word), image_base64 as an Image, a file only by link. So an
+    inline image goes as image_base64, and an inline file (nothing in the chat could open it) is named
+    in the text as not sent, in the person's language."""
+    from langbot_plugin.api.entities.builtin.provider.message import Message
+
+    from runner_kit import texts
+    from runner_kit.events import Attachment
+
+    png = "data:image/png;base64,iVBORw0KGgo="
+    b = ResultBuilder("r")
+    b.add_text("here")
+    b.add_attachment(Attachment(url=png))
+    b.add_attachment(Attachment(url="data:application/pdf;base64,JVBERi0=", kind="file", name="report.pdf"))
+    b.add_attachment(Attachment(url="https://files.example/a.zip", kind="file", name="a.zip"))
+    message = b.final_message().data["message"]
+    chain = Message.model_validate(message).get_content_platform_message_chain()
+    kinds = [type(c).__name__ for c in chain]
+    assert kinds == ["Plain", "Image", "File"], kinds
+    assert chain[1].base64 == png and chain[2].url == "https://files.example/a.zip"
+    assert "here" in chain[0].text and "“report.pdf”" in chain[0].text and "Not sent" in chain[0].text
+    with texts.to("请把报告发给我", None):
+        b = ResultBuilder("r")
+        b.add_attachment(Attachment(url="data:application/pdf;base64,JVBERi0=", kind="file", name="报告.pdf"))
+        (only,) = b.final_message().data["message"]["content"]
+    assert only["type"] == "text" and only["text"].startswith("（未发送：“报告.pdf”")
+
+
 def test_nothing_to_say_gives_no_message():
     assert ResultBuilder("r").final_message() is None
 
