@@ -13,6 +13,8 @@ node's Respond setting, and is told apart from the first bytes of the body (n8n 
 - When Last Node Finishes / Using Respond to Webhook Node: one JSON object, an array of objects
   (all entries), or plain text.
 - Immediately: ``{"message": "Workflow was started"}`` — no answer will come.
+- A file (Respond to Webhook's Binary File, or First Entry Binary), told apart by its Content-Type
+  and Content-Disposition: one attachment for the chat (files.py).
 
 n8n reports no token usage; a workflow may return ``usage`` (OpenAI names) or ``tokenUsage``
 (n8n/LangChain names) next to its answer, and that is recorded.
@@ -20,6 +22,7 @@ n8n reports no token usage; a workflow may return ``usage`` (OpenAI names) or ``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import uuid
@@ -34,7 +37,7 @@ from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import DEFAULT_MAX_BYTES, NDJSONDecoder
 
-from . import const
+from . import const, fields, files
 from .auth import auth_headers
 from .errors import json_doc, parse_error, workflow_failed
 
@@ -87,6 +90,21 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _reset_generation(ctx: Any) -> str | None:
+    """The conversation's reset generation once LangBot has reset it, else None.
+
+    LangBot 4.11.2 seeds ``external.conversation_id`` with its own conversation id, and after a reset
+    with a new reset generation (``agent/runner/persistent_state_store.py`` and ``context_reset.py``),
+    so the two differ exactly when the conversation was reset."""
+    snapshot = getattr(getattr(ctx, "state", None), "conversation", None)
+    seeded = snapshot.get("external.conversation_id") if isinstance(snapshot, dict) else None
+    conv = getattr(ctx, "conversation", None)
+    own = getattr(conv, "conversation_id", None) if conv is not None else None
+    if seeded in (None, "") or not own or str(seeded) == str(own):
+        return None
+    return str(seeded)
+
+
 class N8nAdapter(Adapter):
     """Maps one LangBot turn onto a POST to an n8n workflow's Webhook node."""
 
@@ -112,25 +130,16 @@ class N8nAdapter(Adapter):
     def _new_session_id(self) -> str:
         if str(self.env.config.get("user-id-source") or "") == "legacy-session":
             # LangBot 4.10 keyed n8n conversations by the launcher; a migrated workflow's memory continues
-            return str(self.env.user)
+            # until the conversation is reset in LangBot, which then starts a new memory
+            user = str(self.env.user)
+            reset = _reset_generation(self.env.ctx)
+            if reset is not None:
+                return f"{user}-{hashlib.sha256(reset.encode()).hexdigest()[:12]}"
+            return user
         return f"langbot-{uuid.uuid4().hex}"
 
     def _fields(self, session_id: str) -> dict[str, Any]:
-        ctx, inp = self.env.ctx, self.env.input
-        conv = getattr(ctx, "conversation", None)
-        actor = getattr(ctx, "actor", None)
-        event = getattr(ctx, "event", None)
-        return {
-            "chatInput": inp.text,
-            "sessionId": session_id,
-            "action": "sendMessage",  # what n8n's own chat sends, so a Chat Trigger accepts it too
-            "userId": self.env.user,
-            "userName": (getattr(actor, "actor_name", None) or "") if actor is not None else "",
-            "conversationId": (getattr(conv, "conversation_id", None) or "") if conv is not None else "",
-            "message": inp.text,  # the field LangBot's built-in n8n runner sent the text in
-            "msgCreateTime": inp.params.get("msg_create_time", getattr(event, "event_time", None)),
-            "params": dict(inp.params),
-        }
+        return fields.body(self.env, session_id)
 
     def _request(self, session_id: str) -> dict[str, Any]:
         fields = self._fields(session_id)
@@ -194,6 +203,15 @@ class N8nAdapter(Adapter):
             ctype = resp.headers.get("content-type", "")
             chunks = resp.aiter_bytes()
             touch = self.env.touch  # every chunk is life for idle-timeout
+            disposition = resp.headers.get("content-disposition", "")
+            if files.is_file(ctype, disposition):  # a Binary File answer: never a stream (files.py)
+                raw = await self._read_file(resp.headers.get("content-length"), chunks)
+                for item in self._file(raw, files.mime_of(ctype), disposition, resp.status_code):
+                    yield item
+                if self.ignore:
+                    self.ignored = True
+                    yield ev.NoReply()
+                return
             head = bytearray()
             ended = True
             async for chunk in chunks:
@@ -364,7 +382,9 @@ class N8nAdapter(Adapter):
             raise RunnerError(
                 "upstream.empty_response",
                 f"{self.platform} answered HTTP {status} with an empty body (set the Webhook node to respond with "
-                "Streaming, When Last Node Finishes or a Respond to Webhook node that sends data)",
+                "Streaming, When Last Node Finishes or a Respond to Webhook node that sends data; in Streaming mode "
+                "a Respond to Webhook node that responds with a binary file sends nothing, so answer files with "
+                "'Using Respond to Webhook Node' or 'When Last Node Finishes')",
             )
         # n8n labels a Respond to Webhook node's text "text/html" (express's default for a string), so
         # only a body that is an HTML document is a page rather than the workflow's answer
@@ -410,8 +430,43 @@ class N8nAdapter(Adapter):
         try:
             text = raw.decode(charset)
         except (LookupError, UnicodeDecodeError):
+            if not files.mime_of(ctype) and files.sniff(raw):  # an unlabelled image or PDF, not text
+                if len(raw) > (most := files.limit(self.env.max_bytes)):
+                    raise files.too_large(len(raw), most) from None
+                return self._file(raw, "", "", 200)
             raise RunnerError("upstream.protocol", f"{self.platform} sent text that is not valid {charset}") from None
         return [] if self.ignore else [ev.FinalText(text.strip("\r\n"))]
+
+    async def _read_file(self, length: str | None, chunks: AsyncIterator[bytes]) -> bytes:
+        """A file answer's bytes, refused as soon as it is known to be too large for the chat (a file
+        n8n sends as a JSON Buffer may take four times its size on the wire: files.py)."""
+        most = files.limit(self.env.max_bytes)
+        size = int(length) if length is not None and length.strip().isdigit() else None
+        if size is not None and size > files.BUFFER_JSON_FACTOR * most + 64:
+            raise files.too_large(None, most)
+        ceiling: int | None = None  # known once the first bytes tell which form the file comes in
+        buf = bytearray()
+        touch = self.env.touch
+        async for chunk in chunks:
+            touch()
+            buf += chunk
+            if ceiling is None and len(buf) >= 16:
+                ceiling = files.BUFFER_JSON_FACTOR * most + 64 if files.buffer_json(bytes(buf[:64])) else most
+                if size is not None and size > ceiling:
+                    raise files.too_large(size if ceiling == most else None, most)
+            if ceiling is not None and len(buf) > ceiling:
+                raise files.too_large(size if ceiling == most else None, most)
+        data = files.unwrap(bytes(buf))
+        if len(data) > most:
+            raise files.too_large(len(data), most)
+        return data
+
+    def _file(self, raw: bytes, mime: str, disposition: str, status: int) -> list[ev.Event]:
+        if not raw:
+            return self._plain(raw, mime, status)  # nothing in it: the empty-answer error
+        if self.ignore:
+            return []
+        return [files.attachment(raw, mime, disposition)]
 
 
 class _StreamState:

@@ -19,6 +19,15 @@ The workflow answers according to ``srv.mode``, as n8n 2.40.7 does (fixtures rea
 - ``all_entries``:   ``[{"<output_key>": part}, …]`` one entry per token
 - ``respond_text``:  Respond to Webhook (Text): the text, labelled ``text/html; charset=utf-8``
 - ``on_received``:   ``{"message": "Workflow was started"}`` at once
+- ``respond_binary``: Respond to Webhook (Binary File): the file's bytes labelled with its MIME type
+                     (``binary_mime``), ``Content-Length``, no file name (n8n sends none); the node's
+                     Response Headers (``response_headers``, e.g. a Content-Disposition) are added
+- ``last_node_binary``: When Last Node Finishes / First Entry Binary. With ``binary_in_memory`` (n8n's
+                     default binary mode) the file goes through express's ``res.json``: the body is
+                     ``{"type":"Buffer","data":[…bytes…]}`` labelled ``<mime>; charset=utf-8``; else
+                     the bytes are streamed (chunked) with the MIME type
+- ``stream_respond_binary``: Webhook (Streaming) -> Respond to Webhook (Binary File): the stream's
+                     head, then nothing (n8n drops a file in streaming mode), the body ends empty
 
 Non-streaming modes take ``token_delay`` per token before answering, sending nothing meanwhile.
 ``status_code`` sets the Webhook/Respond node's response code (any 2xx).
@@ -31,9 +40,13 @@ Authentication (``auth``): ``none``, ``basic`` (``basic_users`` user -> password
 ``Authorization data is wrong!`` (missing or wrong); JWT 401 ``No token provided`` / 403 with the
 jsonwebtoken reason (``invalid signature``, ``jwt expired``, ``invalid algorithm``).
 
-Memory: like a Simple Memory node keyed by ``sessionId``, ``srv.memory[sessionId]`` holds the
+Memory: like a Simple Memory node whose key is ``{{ $json.body.<memory_key> }}`` (``sessionId``; a
+workflow built for LangBot 4.10 reads ``session_id``), ``srv.memory[key]`` holds the
 ``(chatInput, answer)`` turns; ``srv.history_seen`` records, per request, how many turns the model
-had in front of it.
+had in front of it. A body without that field makes the memory node throw ``Key parameter is
+empty`` (real n8n 2.40.7, ``@n8n/n8n-nodes-langchain`` ``utils/helpers.js`` ``getSessionId``): a
+streaming workflow sends one AI Agent ``error`` item with that text and no ``begin``; the other modes
+answer 500 ``{"message":"Error in workflow"}``.
 
 Faults (``srv.fault``, sticky; the Dify fake's names): ``http_<status>`` / ``html_<status>`` (n8n's
 own bodies where n8n sends that status: 401/403 plain text, 404 not registered, 500
@@ -59,7 +72,10 @@ from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = ["FAULTS", "MODES", "FakeN8n", "Turn"]
 
-MODES = ("streaming", "stream_respond", "last_node", "all_entries", "respond_text", "on_received")
+MODES = ("streaming", "stream_respond", "last_node", "all_entries", "respond_text", "on_received", "respond_binary",
+         "last_node_binary", "stream_respond_binary")
+# a 1x1 PNG: what the binary modes answer with unless told otherwise
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP438AAAAQBAYDFKhhdAAAAAElFTkSuQmCC")
 MiB = 1024 * 1024
 
 _STATUS_BODIES: dict[int, tuple[str, Any]] = {
@@ -81,6 +97,10 @@ _HINT = (
     "shown on the canvas (only in the executions list)"
 )
 _STREAM_HEADERS = {"Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+# what n8n 2.40.7 adds to a Respond to Webhook / last-node answer (webhook-response-headers.js applySandboxCSP)
+_SANDBOX_CSP = ("sandbox allow-downloads allow-forms allow-modals allow-orientation-lock allow-pointer-lock "
+                "allow-popups allow-popups-to-escape-sandbox allow-presentation allow-scripts "
+                "allow-top-navigation-by-user-activation allow-top-navigation-to-custom-protocols")
 _JWT_HASH = {"HS256": hashlib.sha256, "HS384": hashlib.sha384, "HS512": hashlib.sha512}
 
 
@@ -128,6 +148,11 @@ class FakeN8n(PlatformFake):
         self.keepalive_every = 30.0
         self.status_code = 200
         self.echo_history = False  # the answer says how many earlier turns memory held
+        self.memory_key = "sessionId"  # the body field the workflow's memory node is keyed by
+        self.binary_data = PNG
+        self.binary_mime = "image/png"
+        self.binary_in_memory = True  # n8n's default binary data mode (last_node_binary's JSON Buffer)
+        self.response_headers: dict[str, str] = {}  # the Respond/Webhook node's Response Headers option
         # -- auth --
         self.auth = "none"
         self.basic_users: dict[str, str] = {}
@@ -207,7 +232,8 @@ class FakeN8n(PlatformFake):
             mode=self.mode, tokens=list(self.answer_tokens), delay=self.token_delay, key=self.output_key,
             usage=dict(self.usage) if self.include_usage else None, second=self.second_node_text,
             object_content=self.object_content, split=self.split_writes, keepalive=self.keepalive_every,
-            status=self.status_code, fault=self._fault, echo=self.echo_history,
+            status=self.status_code, fault=self._fault, echo=self.echo_history, binary=self.binary_data,
+            mime=self.binary_mime, in_memory=self.binary_in_memory, headers=dict(self.response_headers),
         )
 
     async def _run(self, req: Request, resp: Response) -> None:
@@ -224,7 +250,10 @@ class FakeN8n(PlatformFake):
                                   "stacktrace": f"ResponseError: {msg}\n    at parseBody (fake)"})
             return
         self.turns.append(turn)
-        session = str(turn.body.get("sessionId") or "")
+        session = str(turn.body.get(self.memory_key) or "")
+        if not session and self.memory_key != "sessionId":  # the memory node's key expression is empty
+            await self._key_parameter_empty(resp, s)
+            return
         history = self.memory.setdefault(session, []) if session else []
         self.history_seen.append(len(history))
         if s.echo:
@@ -323,7 +352,39 @@ class FakeN8n(PlatformFake):
         if seconds > 0 and not await resp.stall(seconds):
             raise _Aborted
 
+    async def _key_parameter_empty(self, resp: Response, s: SimpleNamespace) -> None:
+        if s.mode in ("streaming", "stream_respond", "stream_respond_binary"):
+            await resp.start_stream(s.status, "application/json; charset=utf-8", _STREAM_HEADERS)
+            await self._line(resp, s, {"type": "error", "content": "Key parameter is empty",
+                                       "metadata": self._meta("agent-1", "AI Agent", error=True)})
+            await resp.end()
+            return
+        await resp.send(500, b'{"message":"Error in workflow"}', "application/json; charset=utf-8")
+
+    async def _binary(self, resp: Response, s: SimpleNamespace) -> str:
+        """A file answer (``respond_binary``, ``last_node_binary``) as n8n 2.40.7 sends it."""
+        headers = {k.lower(): v for k, v in s.headers.items()}  # the node lower-cases its header names
+        headers["content-security-policy"] = _SANDBOX_CSP
+        if s.mode == "respond_binary":  # RespondToWebhook utils/binary.js getBinaryResponse
+            headers.setdefault("content-type", s.mime)
+            await resp.send(s.status, s.binary, None, headers)
+        elif s.in_memory:  # webhook-request-handler.js sendStaticResponse: res.json(<Buffer>)
+            headers["content-type"] = f"{s.mime}; charset=utf-8"
+            body = json.dumps({"type": "Buffer", "data": list(s.binary)}, separators=(",", ":")).encode()
+            await resp.send(s.status, body, None, headers)
+        else:  # sendStreamResponse: the binary data service's stream, piped
+            await resp.start_stream(s.status, s.mime, headers)
+            await resp.write(s.binary)
+            await resp.end()
+        return f"<{len(s.binary)} bytes of {s.mime}>"
+
     async def _respond(self, resp: Response, s: SimpleNamespace) -> str | None:
+        if s.mode in ("respond_binary", "last_node_binary"):
+            return await self._binary(resp, s)
+        if s.mode == "stream_respond_binary":  # the Respond node's sendResponse has nobody to answer
+            await resp.start_stream(s.status, "application/json; charset=utf-8", _STREAM_HEADERS)
+            await resp.end()
+            return None
         if s.mode == "on_received":
             await resp.send(s.status, b'{"message":"Workflow was started"}', "application/json; charset=utf-8")
             return None

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -31,6 +32,7 @@ from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.openai import FakeOpenAI
 from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.plugins.test_n8n_agent_files import produced  # noqa: F401 - a fixture (files the plugin attached)
 from tests.real_peers import peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(1800)]
@@ -422,3 +424,57 @@ async def test_webhook_authentication_as_n8n_checks_it(n8n):
     latin1 = {"webhook-url": n8n.webhook("lb-auth-basic"), **cases["basic"], "basic-encoding": "latin1"}
     code, _, message = failure(await run(runner, host, config=latin1))
     assert code == "upstream.auth" and "basic-encoding to utf-8" in message, message
+
+
+# --- issue 33: LangBot 4.10 workflows, files, resets ------------------------------------------------
+
+PNG_DOT = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAIAAACQd1PeAAAADElEQVR4nGP438AAAAQBAYDFKhhdAAAAAElFTkSuQmCC")
+PDF_DOC = base64.b64decode(
+    "JVBERi0xLjQKMSAwIG9iajw8L1R5cGUvQ2F0YWxvZy9QYWdlcyAyIDAgUj4+ZW5kb2JqCjIgMCBvYmo8PC9UeXBlL1BhZ2VzL0tpZHNbXS9Db3"
+    "VudCAwPj5lbmRvYmoKdHJhaWxlcjw8L1Jvb3QgMSAwIFI+PgolJUVPRgo=")
+
+
+async def test_a_langbot_410_workflow_whose_memory_reads_session_id_answers_remembers_and_resets(n8n):
+    """n8n_workflows/legacy-memory.json: two Chat Memory Manager nodes (load, then insert) on Simple
+    Memory keyed ``{{ $json.body.session_id }}`` — n8n's own memory node, no model needed. Without
+    the top-level field n8n fails the execution ("Error in sub-node Memory (load)": Key parameter
+    is empty); with it the second message sees the first; a LangBot reset starts a new memory."""
+    url = n8n.webhook("lb-legacy-memory")
+    async with httpx.AsyncClient(timeout=30) as client:  # what the plugin sent before: only params.session_id
+        r = await client.post(url, json={"chatInput": "hi", "sessionId": "s-1", "params": {"session_id": "person_1"}})
+    assert r.status_code == 500 and r.json() == {"message": "Error in workflow"}, r.text
+    host = _host()
+    runner = make_runner("n8n-agent", host)
+    migrated = {"webhook-url": url, "output-key": "response", "user-id-source": "legacy-session"}
+    ident = Identity(conversation_id="conv-legacy", actor_id="20002", actor_name="Ann", launcher_type="person",
+                     launcher_id="20002")
+    first = await run(runner, host, "my colour is teal", config=migrated, identity=ident)
+    assert final_text(first) == "heard: my colour is teal | before: ", first[-1].data
+    second = await run(runner, host, "which colour?", config=migrated, identity=ident)
+    assert final_text(second) == "heard: which colour? | before: my colour is teal"
+    host.reset_conversation(ident)
+    third = await run(runner, host, "hello again", config=migrated, identity=ident)
+    assert final_text(third) == "heard: hello again | before: ", "the reset started a new n8n memory"
+    (new_session,) = state_updates(third).values()
+    assert new_session.startswith("person_20002-")
+    fourth = await run(runner, host, "and now?", config=migrated, identity=ident)
+    assert final_text(fourth) == "heard: and now? | before: hello again"
+
+
+@pytest.mark.usefixtures("produced")
+async def test_files_the_workflow_answers_with_reach_the_chat(n8n):
+    """n8n_workflows/respond-binary.json (Respond to Webhook, Binary File: the PNG's bytes, image/png),
+    last-node-pdf.json (First Entry Binary: n8n 2.40.7 sends an in-memory file as a JSON Node
+    Buffer, labelled application/pdf, with the node's Content-Disposition), stream-binary.json
+    (Streaming: n8n drops the file, the body ends empty)."""
+    from tests.plugins.test_n8n_agent_files import shown_files  # with the produced fixture (below)
+
+    host = _host()
+    runner = make_runner("n8n-agent", host)
+    results = await run(runner, host, "a dot, please", config={"webhook-url": n8n.webhook("lb-respond-binary")})
+    assert rtype(terminal(results)) == "run.completed", results[-1].data
+    assert shown_files(results) == [("image", None, "image/png", PNG_DOT)]
+    results = await run(runner, host, "the report", config={"webhook-url": n8n.webhook("lb-last-node-pdf")})
+    assert shown_files(results) == [("file", "report.pdf", "application/pdf", PDF_DOC)]
+    code, _, message = failure(await run(runner, host, config={"webhook-url": n8n.webhook("lb-stream-binary")}))
+    assert code == "upstream.empty_response" and "binary file" in message, message
