@@ -27,7 +27,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -39,7 +39,8 @@ from runner_kit.http import finish_body, open_stream, read_bounded, read_json, t
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.pending import PendingAction
-from runner_kit.runner import Adapter
+from runner_kit.results import progress_line
+from runner_kit.runner import CANCEL_GRACE, Adapter
 from runner_kit.streams import SSEDecoder
 from runner_kit.usage import usage_from
 from runner_kit.wire import cut_off, maybe_json
@@ -488,7 +489,10 @@ class CozeAdapter(Adapter):
             st.open_calls.append((call_id, name))
             args = maybe_json(call.get("arguments"))
             params = args if isinstance(args, dict) else ({} if args in (None, "") else {"arguments": args})
-            return [ev.ToolStarted(call_id=call_id, name=name, parameters=params)]
+            # Coze sends nothing while the plugin or workflow runs: until the answer starts, the
+            # streamed message says what it is waiting on
+            return [ev.ToolStarted(call_id=call_id, name=name, parameters=params),
+                    ev.Progress(progress_line(name, params))]
         if mtype in const.TOOL_OUTPUTS:
             if st.open_calls:
                 call_id, name = st.open_calls.pop(0)
@@ -519,6 +523,25 @@ class CozeAdapter(Adapter):
             lines = "\n".join(f"- {q}" for q in st.follow_ups)
             return [ev.Text(f"\n\n{lines}")]
         return []
+
+    async def end_conversation(self, upstream_id: Any) -> None:
+        """A LangBot reset left this Coze conversation behind: ``DELETE /v1/conversations/{id}``
+        removes it and its messages (nobody writes in it again; clearing its context would keep them).
+        Only the account whose token created it may; one Coze no longer has (4002) is left at that,
+        other refusals are raised for the kit to log."""
+        if not isinstance(upstream_id, str) or not upstream_id.strip():
+            return
+        url = self.base + const.CONVERSATION_PATH.format(conversation_id=quote(upstream_id, safe=""))
+        async with open_stream(self.env.client, "DELETE", url, budget=CANCEL_GRACE, platform=self.platform,
+                               error_parser=parse_http_error, headers=self.headers) as resp:
+            doc = await read_json(resp, self.platform)
+        if isinstance(doc, dict) and conversation_missing(doc):
+            log.info("%s: conversation %s was already gone", self.platform, upstream_id[:64])
+            return
+        err = envelope_error(doc) if isinstance(doc, dict) else None
+        if err is not None:
+            raise err
+        log.info("%s: deleted conversation %s after a LangBot reset", self.platform, upstream_id[:64])
 
     async def cancel(self) -> None:
         """Cancel the running chat (``/v3/chat/cancel`` needs both ids from the stream)."""

@@ -6,6 +6,9 @@ SESSION_KEY = "coze.conversation_id"
 DEFAULT_BASE = "https://api.coze.cn"
 CHAT_PATH = "/v3/chat"
 CANCEL_PATH = "/v3/chat/cancel"
+# DELETE: the conversation and its messages are removed for good (cozepy ConversationsClient.delete;
+# POST .../clear only starts a new context section and keeps the messages)
+CONVERSATION_PATH = "/v1/conversations/{conversation_id}"
 # answers a chat in status requires_action (query conversation_id, chat_id; body tool_outputs, stream):
 # coze-dev/coze-py cozepy/chat/__init__.py (ToolOutput, submit_tool_outputs) and platforms.md §Coze
 SUBMIT_PATH = "/v3/chat/submit_tool_outputs"

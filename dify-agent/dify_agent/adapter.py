@@ -28,7 +28,7 @@ from runner_kit.http import finish_body, open_stream, read_bounded, read_json, s
 from runner_kit.inputs import InputFile, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.pending import Incomplete, PendingAction
-from runner_kit.runner import Adapter
+from runner_kit.runner import CANCEL_GRACE, Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.wire import as_float, json_object, maybe_json, open_answer, sse_objects, tool_input
 
@@ -429,6 +429,27 @@ class DifyAdapter(Adapter):
             async for item in self._consume(answer.resp):
                 yield item
 
+    async def end_conversation(self, upstream_id: Any) -> None:
+        """A LangBot reset left this Dify conversation behind: ``DELETE /conversations/{id}`` with
+        the ``user`` it belongs to (this session's, as every turn in it was sent). One Dify already
+        deleted (404 "Conversation Not Exists.") is left at that; other refusals are raised for the
+        kit to log. Workflow apps keep no conversation."""
+        if self.workflow or not isinstance(upstream_id, str) or not upstream_id.strip():
+            return
+        url = self.base + const.CONVERSATION_PATH.format(conversation_id=quote(upstream_id, safe=""))
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            return _AlreadyGone() if conversation_missing(status, raw) else parse_envelope(status, raw, ctype)
+
+        try:
+            async with open_stream(self.env.client, "DELETE", url, budget=CANCEL_GRACE, platform=self.platform,
+                                   error_parser=on_error, headers=self.headers, json={"user": self.env.user}):
+                pass
+        except _AlreadyGone:
+            log.info("%s: conversation %s was already gone", self.platform, upstream_id[:64])
+            return
+        log.info("%s: deleted conversation %s after a LangBot reset", self.platform, upstream_id[:64])
+
     async def cancel(self) -> None:
         """Stop the running Dify task (only the same ``user`` can stop it)."""
         if self._done or not self.task_id:
@@ -440,6 +461,10 @@ class DifyAdapter(Adapter):
             )
         except Exception:  # noqa: BLE001 - best effort on cancel
             log.info("%s: could not stop task after cancel", self.platform)
+
+
+class _AlreadyGone(Exception):
+    """Dify says the conversation to delete does not exist (any more)."""
 
 
 class _StreamState:

@@ -8,6 +8,10 @@ WORKFLOW_PATH = "/workflows/run"
 UPLOAD_PATH = "/files/upload"
 CHAT_STOP_PATH = "/chat-messages/{task_id}/stop"
 WORKFLOW_STOP_PATH = "/workflows/tasks/{task_id}/stop"
+# DELETE with {"user"} (chat-type apps): 204; Dify >= 1.8 deletes by id alone (langgenius/dify
+# 3aedc139, api/services/conversation_service.py ConversationService.delete), older versions answer
+# 404 not_found "Conversation Not Exists." for an unknown id or another user's
+CONVERSATION_PATH = "/conversations/{conversation_id}"
 # Human Input (langgenius/dify api/controllers/service_api/app/human_input_form.py and
 # workflow_events.py; docs.dify.ai "Submit Human Input Form", "Stream Workflow Events"):
 # POST {inputs, action, user} with the app key answers a paused form ({} on success; 404

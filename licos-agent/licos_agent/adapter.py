@@ -29,9 +29,12 @@ Errors before the stream are JSON: 400 ``{"detail": "Invalid JSON format: …"}`
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 from urllib.parse import quote
 
@@ -40,9 +43,9 @@ import httpx
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.history import recent_messages
-from runner_kit.http import base_url, finish_body, open_stream, shown_url, timeout_for
+from runner_kit.http import base_url, finish_body, open_stream, read_json, shown_url, timeout_for
 from runner_kit.logs import get_logger
-from runner_kit.runner import Adapter
+from runner_kit.runner import CANCEL_GRACE, Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.usage import usage_from
 from runner_kit.wire import cut_off, maybe_json, read_json_answer, tool_input
@@ -90,6 +93,10 @@ def _pending_names(pending: Any) -> list[str]:
     return names
 
 
+class _AlreadyGone(Exception):
+    """LICOS says the session to delete does not exist (any more)."""
+
+
 class _Turn:
     """What one run's stream(s) have shown and seen."""
 
@@ -104,6 +111,7 @@ class _Turn:
         self.waiting: str | None = None
         self.events = 0
         self.cut = False  # the last response broke off (managed: resumed from last_seq)
+        self.tools: set[str] = set()  # tool calls LICOS started and has not answered yet
 
 
 class LicosAdapter(Adapter):
@@ -131,6 +139,8 @@ class LicosAdapter(Adapter):
             self.headers[user_header] = env.user
         if org := str(cfg.get("org-id") or "").strip():
             self.headers[const.ORG_HEADER] = org
+        # who is asking, for the calls beside a run (its record, a session to delete)
+        self.control = {k: v for k, v in self.headers.items() if k not in ("Accept", const.RUN_ID_HEADER)}
         self.files: list[str] = []
         self._started = False
         self._done = False
@@ -195,8 +205,9 @@ class LicosAdapter(Adapter):
             st.resumable = resp.headers.get(const.RESUME_HEADER, "").lower() == "events-v1"
             if self.protocol == "managed" and not st.resumable:
                 log.info("%s: protocol is managed but the service streams the legacy protocol", self.platform)
-            async for item in self._read(resp, st):
-                yield item
+            async with self._vouching(st):
+                async for item in self._read(resp, st):
+                    yield item
         resumes = 0
         while st.cut and st.waiting is None and st.error is None and resumes < const.MAX_RESUMES:
             resumes += 1
@@ -206,8 +217,9 @@ class LicosAdapter(Adapter):
             async with open_stream(self.env.client, "GET", self.root + path, budget=self.env.budget(),
                                    platform=self.platform, error_parser=self._on_error, headers=self.headers,
                                    params={"after": st.last_seq, "format": "chat"}) as resp:
-                async for item in self._read(resp, st):
-                    yield item
+                async with self._vouching(st):
+                    async for item in self._read(resp, st):
+                        yield item
         self._done = True
         if st.error is not None:
             raise st.error
@@ -222,6 +234,39 @@ class LicosAdapter(Adapter):
         if not st.ended and not st.any_text:
             raise RunnerError("upstream.unavailable", f"the connection to {self.platform} closed before the answer "
                                                       "finished (no message_end)")
+
+    @asynccontextmanager
+    async def _vouching(self, st: _Turn) -> AsyncIterator[None]:
+        """While a managed stream is read (with an idle timeout): :meth:`_vouch` beside it."""
+        task = asyncio.create_task(self._vouch(st)) if st.resumable and self.env.idle_timeout > 0 else None
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                await asyncio.wait({task})
+
+    async def _vouch(self, st: _Turn) -> None:
+        """Managed protocol: LICOS streams every model token and step, but nothing while a tool runs
+        (no keep-alives: managed_agents.py ``events`` sends stored events only). While a tool call
+        is open and the stream has been quiet for a third of idle-timeout, ask the service about the
+        run (``GET /agent/v1/runs/{id}``): a run it still reports ``running`` counts as life, so a
+        slow tool is not taken for a dead stream. A service that does not answer, or no longer runs
+        it, is left to the idle timeout."""
+        every = max(self.env.idle_timeout / 3, 0.05)
+        url = self.root + const.RUN_PATH.format(run_id=quote(self.run_id, safe=""))
+        while True:
+            await asyncio.sleep(every)
+            if not st.tools or time.monotonic() - self.env.last_activity < every:
+                continue
+            try:
+                async with open_stream(self.env.client, "GET", url, budget=every, platform=self.platform,
+                                       headers=self.control) as resp:
+                    doc = await read_json(resp, self.platform, limit=64 * 1024)
+            except (RunnerError, httpx.HTTPError):
+                continue
+            if isinstance(doc, dict) and doc.get("status") == "running":
+                self.env.touch()
 
     async def _read(self, resp: httpx.Response, st: _Turn) -> AsyncIterator[ev.Event]:
         """The events of one response; a cut-off stream ends quietly when it can be resumed."""
@@ -265,6 +310,7 @@ class LicosAdapter(Adapter):
             case "message_start" | "run_started":
                 return []
             case "answer":
+                st.tools.clear()
                 return self._answer(payload.get("answer"), st)
             case "graph_event":
                 return self._graph(data, st)
@@ -273,9 +319,11 @@ class LicosAdapter(Adapter):
                 return [ev.Think(text)] if self.thinking and isinstance(text, str) and text else []
             case "tool_request":
                 call_id = str(payload.get("tool_call_id") or uuid.uuid4().hex)
+                st.tools.add(call_id)
                 return [ev.ToolStarted(call_id=call_id, name=str(payload.get("tool_name") or "tool"),
                                        parameters=tool_input(payload.get("parameters")))]
             case "tool_response":
+                st.tools.discard(str(payload.get("tool_call_id") or ""))
                 ok = str(payload.get("code", "0")) in ("0", "None", "")
                 return [ev.ToolCompleted(call_id=str(payload.get("tool_call_id") or ""),
                                          name=str(payload.get("tool_name") or "tool"),
@@ -317,6 +365,7 @@ class LicosAdapter(Adapter):
         text = _text_of(msg.get("content"))
         if not text:
             return []
+        st.tools.clear()  # the model speaks again: no tool is running
         mid = str(msg.get("id") or "")
         sep = ""
         if mid not in st.chunk_ids:
@@ -385,6 +434,29 @@ class LicosAdapter(Adapter):
                 if text := _text_of(msg.get("content")).strip():
                     return [ev.Text(text)]
         raise RunnerError("upstream.protocol", f"{self.platform} answered HTTP {status} with JSON but no answer")
+
+    async def end_conversation(self, upstream_id: Any) -> None:
+        """A LangBot reset left this LICOS session behind. Managed protocol: ``DELETE
+        /agent/v1/sessions/{id}`` removes it with its history, checkpoints and runs (for the user the
+        token belongs to; one already gone, 404, is left at that; other refusals, such as 409 while a
+        run of it waits for approval, are raised for the kit to log). The legacy protocol has no
+        sessions to delete: a project's own memory of one is process-local and expires by itself."""
+        if self.protocol != "managed" or not isinstance(upstream_id, str) or not upstream_id.strip():
+            return
+        url = self.root + const.SESSION_PATH.format(session_id=quote(upstream_id, safe=""))
+
+        def on_error(status: int, raw: bytes, ctype: str) -> Exception:
+            return _AlreadyGone() if status == 404 and "session not found" in raw.decode("utf-8", "replace").lower() \
+                else map_http(status, raw, ctype)
+
+        try:
+            async with open_stream(self.env.client, "DELETE", url, budget=CANCEL_GRACE, platform=self.platform,
+                                   error_parser=on_error, headers=self.control):
+                pass
+        except _AlreadyGone:
+            log.info("%s: session %s was already gone", self.platform, upstream_id[:64])
+            return
+        log.info("%s: deleted session %s after a LangBot reset", self.platform, upstream_id[:64])
 
     async def cancel(self) -> None:
         """``POST /cancel/{run_id}`` (host cancel, deadline or idle timeout)."""

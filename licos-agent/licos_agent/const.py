@@ -7,6 +7,10 @@ STREAM_PATH = "/stream_run"
 CANCEL_PATH = "/cancel/{run_id}"
 EVENTS_PATH = "/agent/v1/runs/{run_id}/events"  # managed (events-v1) replay: ?after=N
 RUN_RECORD_PATH = "/run_records/{run_id}"
+# managed (agent_runtime) routes, agent_routes.py: the run's record ({"status": "running", …}) and
+# deleting a session with its history, checkpoints and runs (agent_sessions.py AgentSessions.delete)
+RUN_PATH = "/agent/v1/runs/{run_id}"
+SESSION_PATH = "/agent/v1/sessions/{session_id}"
 
 # pasted API paths cut off base-url (the service root is what every route hangs off)
 URL_SUFFIXES = ("/stream_run", "/run", "/agent/v1", "/v1/chat/completions", "/v1")

@@ -82,6 +82,7 @@ def cases() -> list[PluginCase]:
             think=_think,
             forget_sessions=lambda srv: srv.forget_conversations(),
             seen=_seen,
+            ended=lambda srv: list(srv.deleted),
             second_bot=keyed_second_bot(_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},

@@ -14,8 +14,9 @@ Every fault cell keeps the shared HTTP default:
   (``OpenAIAPIError``), retryable ``upstream.unavailable``.
 
 No ``forget_sessions``: the plugin chooses the ``session_id`` and LICOS never says one is gone (an
-unknown session just starts with empty memory). No keep-alives (``stall`` with pings is skipped): the
-agent stream is silent until the next event, so ``idle-timeout`` defaults to off.
+unknown session just starts with empty memory). No keep-alives in the managed stream (``stall`` with pings is
+skipped): while a tool runs the plugin asks the run's status instead; the legacy stream pings every
+30 s, so ``idle-timeout`` defaults to 90 s.
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ def cases() -> list[PluginCase]:
             stall=stall,
             think=think,
             seen=seen,
+            ended=lambda srv: list(srv.deleted_sessions),
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared"},
             question="a LICOS agent run has no step that waits for a person's answer: what it asks, it asks in its "

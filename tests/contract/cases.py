@@ -214,6 +214,7 @@ def _dify_cases() -> list[PluginCase]:
             think=think,
             forget_sessions=lambda srv: srv.forget_conversations(),
             seen=seen,
+            ended=lambda srv: [cid for cid, _ in srv.deleted],
             second_bot=keyed_second_bot(dify_config),
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",
                          "legacy-session": "shared", "legacy-bot": "shared"},

@@ -20,6 +20,13 @@ envelope ``{"code": <non-zero>, "msg", "detail": {"logid"}}`` (unknown conversat
 bot 4006, a chat already running in the conversation 4016, ``business_error``); a bad token is
 HTTP 401 code 4100. Non-stream chats are polled through ``/v3/chat/retrieve`` (GET and POST) and
 read with ``/v3/chat/message/list``. ``/v1/files/upload`` stores files for ``object_string`` parts.
+
+``DELETE /v1/conversations/{id}`` deletes a conversation and its messages (cozepy
+``ConversationsClient.delete``: HTTP 200 ``{"code": 0, "msg": "", "data": {}}``). Only the account
+whose token created it may: an unknown id and another account's conversation are both "not found"
+(Coze Studio @4f786d6a ``backend/application/conversation/conversation.go`` ``DeleteConversation``:
+``ErrConversationNotFound`` for both, sent as HTTP 200 with the business code; the cloud's code for it
+is taken to be 4002, as for ``/v3/chat``). Deletions are recorded in ``deleted``.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class Conversation:
     created_at: int
     messages: list[dict[str, Any]] = field(default_factory=list)  # saved history (auto_save_history)
     running: str | None = None  # chat id of a chat in progress
+    owner: str = ""  # the token (account) that created it
 
 
 @dataclass
@@ -138,6 +146,7 @@ class FakeCoze(PlatformFake):
         self.follow_ups: list[str] = ["What else can you do?", "Tell me more about it."]
         self.verbose = True
         self.tools = False  # a plugin call (function_call + tool_output) before the answer
+        self.tool_seconds = 0.0  # how long that plugin runs: Coze sends nothing meanwhile
         self.extra_answers: list[str] = []  # further answer messages (multi-answer bots)
         self.completed_only = False  # answer only in message.completed, no deltas
         self.empty_answer = False
@@ -161,6 +170,7 @@ class FakeCoze(PlatformFake):
         self.uploads: dict[str, UploadedFile] = {}
         self.cancelled: list[tuple[str, str]] = []  # (conversation_id, chat_id) of cancel calls
         self.tool_outputs: list[dict[str, Any]] = []
+        self.deleted: list[str] = []  # conversation ids DELETE removed
 
         self.add_route("POST", "/v3/chat", self._chat)
         self.add_route("POST", "/v3/chat/retrieve", self._retrieve)
@@ -169,6 +179,7 @@ class FakeCoze(PlatformFake):
         self.add_route("POST", "/v3/chat/cancel", self._cancel)
         self.add_route("POST", "/v3/chat/submit_tool_outputs", self._submit_tool_outputs)
         self.add_route("POST", "/v1/conversation/create", self._conversation_create)
+        self.add_route("DELETE", "/v1/conversations/{conversation_id}", self._conversation_delete)
         self.add_route("POST", "/v1/files/upload", self._upload)
         self.add_route("GET", "/v1/files/retrieve", self._file_retrieve)
 
@@ -198,11 +209,12 @@ class FakeCoze(PlatformFake):
         body["detail"] = {"logid": logid}
         await resp.json(status, body, {"x-tt-logid": logid})
 
-    def _auth(self, req: Request) -> None:
+    def _auth(self, req: Request) -> str:
         scheme, _, token = req.headers.get("authorization", "").partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token or (token != self.api_key and token not in self.api_keys):
             raise _Refused(4100, "authentication is invalid", 401)
+        return token
 
     @staticmethod
     def _body(req: Request) -> dict[str, Any]:
@@ -223,7 +235,7 @@ class FakeCoze(PlatformFake):
         return SimpleNamespace(
             tokens=list(self.answer_tokens), token_delay=self.token_delay, reasoning=list(self.reasoning),
             include_usage=self.include_usage, follow_ups=list(self.follow_ups), verbose=self.verbose,
-            tools=self.tools, extra_answers=list(self.extra_answers), completed_only=self.completed_only,
+            tools=self.tools, tool_seconds=self.tool_seconds, extra_answers=list(self.extra_answers), completed_only=self.completed_only,
             empty_answer=self.empty_answer, fail_chat=dict(self.fail_chat) if self.fail_chat else None,
             requires_action=self.requires_action, action_calls=self.action_calls,
             resume_tokens=self.resume_tokens, trailing_blank_line=self.trailing_blank_line,
@@ -272,7 +284,7 @@ class FakeCoze(PlatformFake):
         if await self._pre_fault(s, resp):
             return
         try:
-            self._auth(req)
+            token = self._auth(req)
             body = self._body(req)
             bot = body.get("bot_id")
             user = body.get("user_id")
@@ -308,7 +320,7 @@ class FakeCoze(PlatformFake):
             return
         if not cid:
             cid = _id()
-            self.conversations[cid] = Conversation(cid, bot, user, _now())
+            self.conversations[cid] = Conversation(cid, bot, user, _now(), owner=token)
         conv = self.conversations[cid]
         chat = Chat(_id(), cid, bot, user, stream, question, parts, dict(variables), auto_save, _now())
         self.chats[chat.id] = chat
@@ -457,6 +469,7 @@ class FakeCoze(PlatformFake):
             await self._send(s, resp, "conversation.chat.requires_action", self._chat_obj(chat))
             await self._send(s, resp, "done", "[DONE]", last=True)
             return
+        await self._wait(chat, resp, s.tool_seconds)
         await self._send(s, resp, "conversation.message.completed",
                          self._message(chat, _id(), "tool_output", json.dumps({"temp": 12, "sky": "cloudy"})))
 
@@ -631,15 +644,30 @@ class FakeCoze(PlatformFake):
 
     async def _conversation_create(self, req: Request, resp: Response) -> None:
         try:
-            self._auth(req)
+            token = self._auth(req)
             body = self._body(req) if req.body else {}
         except _Refused as e:
             await self._envelope(resp, e.code, e.msg, e.status)
             return
         cid = _id()
-        conv = Conversation(cid, str(body.get("bot_id") or ""), "", _now(), list(body.get("messages") or []))
+        conv = Conversation(cid, str(body.get("bot_id") or ""), "", _now(), list(body.get("messages") or []),
+                            owner=token)
         self.conversations[cid] = conv
         await self._envelope(resp, 0, "", data={"id": cid, "created_at": conv.created_at, "meta_data": {}})
+
+    async def _conversation_delete(self, req: Request, resp: Response) -> None:
+        cid = req.path_params["conversation_id"]
+        try:
+            token = self._auth(req)
+            conv = self.conversations.get(cid)
+            if conv is None or conv.owner != token:
+                raise _Refused(4002, f"invalid conversation: conversation_id={cid} not found")
+        except _Refused as e:
+            await self._envelope(resp, e.code, e.msg, e.status)
+            return
+        del self.conversations[cid]
+        self.deleted.append(cid)
+        await self._envelope(resp, 0, "", data={})
 
     # -- files -------------------------------------------------------------------------------
 

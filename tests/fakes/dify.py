@@ -24,6 +24,15 @@ answered with ``POST /v1/form/human_input/{form_token}`` and the rest of the run
 ``GET /v1/workflow/{workflow_run_id}/events?user=`` (human_input_form_filled -> llm node ->
 ``resume_tokens`` -> message_end -> workflow_finished), see :meth:`FakeDify._form_submit`.
 
+``DELETE /v1/conversations/{id}`` with ``{"user"}`` (chat-type apps only; the id must be a UUID,
+anything else is Flask's route 404) answers **204** without a body. Since Dify 1.8
+(langgenius/dify 3aedc139 "fix delete conversations via Api", still so at 1.12.1 cd03e0a9
+``api/services/conversation_service.py`` ``ConversationService.delete``) the row is deleted by id
+alone: an unknown id, or another user's, is 204 too (and another user's conversation is gone).
+``delete_checks_user`` gives the behaviour before that commit (``get_conversation`` first): 404
+``not_found`` "Conversation Not Exists." for an unknown id or another user's. Deletions are
+recorded in ``deleted`` as ``(conversation id, user)``.
+
 ``message_replace`` (``replace_with``) comes after the deltas; a mid-stream ``error`` event ends
 the stream; a failed workflow ends with ``workflow_finished(status=failed)`` then ``error``.
 """
@@ -311,6 +320,9 @@ class FakeDify(PlatformFake):
         self.forms: dict[str, HumanForm] = {}  # form_token -> form
         self.paused: dict[str, _Run] = {}  # workflow_run_id -> the paused (or resumed) run
         self.form_submissions: list[dict[str, Any]] = []  # submit bodies Dify accepted
+        #: Dify before 1.8: DELETE of an unknown (or another user's) conversation is 404
+        self.delete_checks_user = False
+        self.deleted: list[tuple[str, str]] = []  # (conversation id, user) of every DELETE taken
 
         self.add_route("POST", "/v1/chat-messages", self._chat_messages)
         self.add_route("POST", "/v1/workflows/run", self._workflows_run)
@@ -319,6 +331,7 @@ class FakeDify(PlatformFake):
         self.add_route("POST", "/v1/chat-messages/{task_id}/stop", self._chat_stop)
         self.add_route("POST", "/v1/workflows/tasks/{task_id}/stop", self._workflow_stop)
         self.add_route("GET", "/v1/parameters", self._parameters)
+        self.add_route("DELETE", "/v1/conversations/{conversation_id}", self._conversation_delete)
         self.add_route("POST", "/v1/form/human_input/{form_token}", self._form_submit)
         self.add_route("GET", "/v1/workflow/{task_id}/events", self._workflow_events)
         self.add_route("GET", "/files/{file_id}/file-preview", self._file_preview)
@@ -472,6 +485,33 @@ class FakeDify(PlatformFake):
                 run.workflow = wf
             elif wf.status != "failed":
                 wf.outputs = {s.workflow_output_key: run.answer}
+
+    # -- route: delete a conversation --------------------------------------------------------
+
+    async def _conversation_delete(self, req: Request, resp: Response) -> None:
+        cid = req.path_params["conversation_id"]
+        try:
+            uuid.UUID(cid)
+        except ValueError:
+            await self.not_found(req, resp)  # the route takes <uuid:c_id> only
+            return
+        try:
+            self._auth(req)
+            body = self._json_body(req)
+            user = body.get("user")
+            user = str(user) if user else "DEFAULT-USER"  # the user arg is optional on this route
+            if self.mode not in ("chat", "agent", "new-agent", "chatflow"):
+                raise _DifyError(400, "not_chat_app", "Please check if your app mode matches the right API route.")
+            conv = self.conversations.get(cid)
+            if self.delete_checks_user and (conv is None or conv.user != user):
+                raise _DifyError(404, "not_found", "Conversation Not Exists.")
+        except _DifyError as e:
+            await self._error(resp, e)
+            return
+        if conv is not None:
+            del self.conversations[cid]
+        self.deleted.append((cid, user))
+        await resp.send(204, b"", None)
 
     # -- route: stop -------------------------------------------------------------------------
 

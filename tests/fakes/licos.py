@@ -23,6 +23,25 @@ Errors before the stream: invalid JSON → 400 ``{"detail": "Invalid JSON format
 user in ``broke_users`` → 402 ``{"code": 20802, "errorCode": "INSUFFICIENT_CREDIT_BALANCE", …}``; a
 wrong Bearer (a service with a platform) → 401 ``{"detail": …}``. ``approval`` makes the agent wait
 for approval of its tool call (legacy: ``approval_required``; managed: ``run_status waiting_approval``).
+Keep-alives (legacy only): while the agent sends nothing for ``ping_interval`` seconds the stream
+carries a ``: ping`` comment (licos-agent-runtime 0.6.33 ``service.py``
+``_stream_sse_agent_platform``: ``yield ": ping\\n\\n"`` whenever its event queue stays empty for
+``RunOpt.workflow_ping_interval_seconds``, 30 s by default, ``stream_runner.py``); ``ping_interval``
+0 is a service whose event loop is stuck (nothing at all). Managed streams have none: they poll the
+run's stored events (``managed_agents.py`` ``events``) and send only those. ``tool_seconds``: how long
+the tool runs between ``tool_request`` and ``tool_response``.
+
+Managed routes besides the stream: ``GET /agent/v1/runs/{id}`` (the run record: ``run_id``,
+``session_id``, ``status`` running/completed/failed/…, ``sequence``; 404 ``{"detail": "'AGENT run not
+found for this user'"}`` for an unknown run or another user's; ``hang_status`` makes it answer
+nothing, as a stuck service), ``DELETE /agent/v1/sessions/{id}`` (``agent_sessions.py``
+``AgentSessions.delete``: 200 ``{"deleted": true, "session_id"}``; 404 ``{"detail": "'Session not
+found for this user'"}`` for an unknown session or another user's; 409 ``{"detail": "Cancel the
+unfinished run before deleting the session"}`` while its run is unfinished). A legacy project has
+no such routes' data: ``components()`` raises, answered 400 ``{"detail": "This project has not
+enabled agent_runtime"}``. Sessions belong to the token that ran them; ``deleted_sessions`` records
+the deletions.
+
 Memory: ``memory="none"`` is the minimal project (``session_id`` alone gives the model no history);
 ``"session"`` keeps the turns per ``session_id``; explicit ``messages`` are always used.
 ``echo_memory`` answers with the earlier user messages the model saw.
@@ -122,6 +141,9 @@ class FakeLicos(PlatformFake):
         self.fault_queue: list[str | None] = []
         self.stall_seconds = 30.0
         self.oversized_bytes = 9 * MiB
+        self.ping_interval = 30.0  # legacy keep-alive comment after this long without events (0: none)
+        self.tool_seconds = 0.0  # how long the tool runs, silently
+        self.hang_status = False  # GET /agent/v1/runs/{id} answers nothing (a stuck service)
         # -- recorded state --
         self.runs: list[LicosRun] = []
         self.cancelled: list[str] = []
@@ -130,10 +152,15 @@ class FakeLicos(PlatformFake):
         self.events: dict[str, list[tuple[int, dict[str, Any]]]] = {}  # run id -> numbered events
         self.finals: dict[str, dict[str, Any]] = {}  # run id -> {"status", "error", "usage"}
         self.resumes: list[tuple[str, int, str]] = []  # (run id, after, format)
+        self.session_owners: dict[str, str | None] = {}  # managed session id -> the token that ran it
+        self.run_sessions: dict[str, str | None] = {}  # managed run id -> its session id
+        self.deleted_sessions: list[str] = []
 
         self.add_route("POST", "/stream_run", self._stream_run)
         self.add_route("POST", "/cancel/{run_id}", self._cancel)
         self.add_route("GET", "/agent/v1/runs/{run_id}/events", self._replay)
+        self.add_route("GET", "/agent/v1/runs/{run_id}", self._run_record)
+        self.add_route("DELETE", "/agent/v1/sessions/{session_id}", self._delete_session)
         self.add_route("GET", "/health", self._health)
 
     # -- public helpers ----------------------------------------------------------------------
@@ -181,7 +208,8 @@ class FakeLicos(PlatformFake):
         return SimpleNamespace(fault=fault, tokens=list(self.answer_tokens), turns=turns, delay=self.token_delay,
                                usage=self.include_usage, tool=self.tool_call, reasoning=self.reasoning,
                                approval=self.approval, fail=self.fail_model, drop=self.drop_after,
-                               memory=self.memory, echo=self.echo_memory)
+                               memory=self.memory, echo=self.echo_memory, tool_seconds=self.tool_seconds,
+                               pings=0.0 if self.managed else self.ping_interval)
 
     async def _stream_run(self, req: Request, resp: Response) -> None:
         s = self._snapshot()
@@ -212,6 +240,9 @@ class FakeLicos(PlatformFake):
         headers = {"vary": "Origin"}
         if self.managed:
             headers["x-licos-stream-resume"] = "events-v1"
+            self.run_sessions[run.run_id] = run.session_id
+            if run.session_id:
+                self.session_owners.setdefault(run.session_id, run.token)
         await resp.start_stream(200, SSE_TYPE, headers)
         try:
             if self.managed:
@@ -276,9 +307,15 @@ class FakeLicos(PlatformFake):
             out["complete"] = complete and s.usage
         return out
 
-    async def _pause(self, resp: Response, seconds: float) -> None:
-        if seconds > 0 and not await resp.stall(seconds):
-            raise _Aborted
+    async def _pause(self, resp: Response, seconds: float, pings: float = 0.0) -> None:
+        """Send nothing for ``seconds`` (legacy: but a ``: ping`` comment every ``pings`` seconds)."""
+        while seconds > 0:
+            quiet = min(seconds, pings) if pings > 0 else seconds
+            if not await resp.stall(quiet):
+                raise _Aborted
+            seconds -= quiet
+            if pings > 0 and quiet >= pings:
+                await resp.write(b": ping\n\n")
 
     async def _stream_fault(self, resp: Response, s: SimpleNamespace) -> bool:
         """Faults that replace the events; True when the stream is over."""
@@ -306,7 +343,7 @@ class FakeLicos(PlatformFake):
             await resp.abort()
             raise _Aborted
         if s.fault == "stall":
-            await self._pause(resp, self.stall_seconds)
+            await self._pause(resp, self.stall_seconds, s.pings)
         return "failed" if s.fault == "error_event" else None
 
     # -- legacy ------------------------------------------------------------------------------
@@ -340,10 +377,11 @@ class FakeLicos(PlatformFake):
                 event = {"type": "approval_required", "run_id": run.run_id, "session_id": run.session_id, **call,
                          "input": {"city": "Paris"}, "expires_at": "2026-12-01T13:00:00+00:00"}
                 await resp.write(_event({**event, "content": event}))
-                await self._pause(resp, self.stall_seconds)
+                await self._pause(resp, self.stall_seconds, s.pings)
                 return
             await resp.write(_event(_legacy("tool_request", **call, parameters={"city": "Paris"}, is_parallel=False,
                                             index=0, stream_parameters="")))
+            await self._pause(resp, s.tool_seconds, s.pings)
             await resp.write(_event(_legacy("tool_response", tool_call_id="call_fake_1", code="0", message="success",
                                             result="sunny in Paris", time_cost_ms=0, tool_name="get_weather")))
         if s.fail:
@@ -353,7 +391,7 @@ class FakeLicos(PlatformFake):
         answers = self._answers(run, s)
         for i, answer in enumerate(answers):
             # the model streams its tokens, but the legacy protocol sends the whole turn when it is done
-            await self._pause(resp, s.delay * max(len(s.tokens) - 1, 0) if i == 0 else s.delay)
+            await self._pause(resp, s.delay * max(len(s.tokens) - 1, 0) if i == 0 else s.delay, s.pings)
             await resp.write(_event(_legacy("answer", answer=answer)))
             if i == 0 and await self._after_first(resp, s) == "failed":
                 msg = "Error code: 500 - fake upstream failure"
@@ -425,7 +463,7 @@ class FakeLicos(PlatformFake):
                 is_parallel=False, index=0, stream_parameters="")})
             await emit({"type": "platform_event", "data": _legacy(
                 "tool_response", tool_call_id="call_fake_1", code="0", message="success", result="sunny in Paris",
-                time_cost_ms=0, tool_name="get_weather")})
+                time_cost_ms=0, tool_name="get_weather")}, s.tool_seconds)
         if s.fail:
             final.update(status="failed", error={"code": "OpenAIAPIError", "message": s.fail})
             await emit({"type": "run_status", "status": "failed", "error": final["error"]})
@@ -525,6 +563,47 @@ class FakeLicos(PlatformFake):
         if fmt == "chat":
             await self._chat_end(resp, run_id)
         await resp.end()
+
+    async def _run_record(self, req: Request, resp: Response) -> None:
+        run_id = req.path_params["run_id"]
+        if not await self._auth(req, resp):
+            return
+        if not self.managed:
+            await resp.json(400, {"detail": "This project has not enabled agent_runtime"}, {"vary": "Origin"})
+            return
+        if self.hang_status and not await resp.stall(self.stall_seconds):
+            return
+        run = next((r for r in self.runs if r.run_id == run_id), None)
+        if run is None or run_id not in self.finals or run.token != self._token(req):
+            await resp.json(404, {"detail": "'AGENT run not found for this user'"}, {"vary": "Origin"})
+            return
+        final = self.finals[run_id]
+        await resp.json(200, {"run_id": run_id, "session_id": run.session_id, "status": final["status"],
+                              "sequence": len(self.events.get(run_id, [])), "error": final["error"]})
+
+    async def _delete_session(self, req: Request, resp: Response) -> None:
+        sid = req.path_params["session_id"]
+        if not await self._auth(req, resp):
+            return
+        if not self.managed:
+            await resp.json(400, {"detail": "This project has not enabled agent_runtime"}, {"vary": "Origin"})
+            return
+        if sid not in self.session_owners or self.session_owners[sid] != self._token(req):
+            await resp.json(404, {"detail": "'Session not found for this user'"}, {"vary": "Origin"})
+            return
+        runs = [r for r, s in self.run_sessions.items() if s == sid]
+        # the session's thread holds its latest run; only a finished one lets it go
+        if runs and self.finals.get(runs[-1], {}).get("status") not in (None, "completed", "cancelled", "expired"):
+            await resp.json(409, {"detail": "Cancel the unfinished run before deleting the session"}, {"vary": "Origin"})
+            return
+        for r in runs:
+            self.events.pop(r, None)
+            self.finals.pop(r, None)
+            self.run_sessions.pop(r, None)
+        self.sessions.pop(sid, None)
+        del self.session_owners[sid]
+        self.deleted_sessions.append(sid)
+        await resp.json(200, {"deleted": True, "session_id": sid})
 
     async def _cancel(self, req: Request, resp: Response) -> None:
         run_id = req.path_params["run_id"]

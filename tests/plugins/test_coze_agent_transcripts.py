@@ -89,7 +89,11 @@ async def test_ok_tool_call_and_output_are_one_tool_step():
                        "parameters": {"city": "北京"}}
     assert completed["tool_call_id"] == started["tool_call_id"] and completed["result"] == {"temp": 3, "weather": "晴"}
     types = [rtype(r) for r in results]
-    assert types.index("tool.call.completed") < types.index("message.delta")
+    answering = next(i for i, r in enumerate(results) if rtype(r) == "message.delta"
+                     and "北京" in r.data["chunk"]["all_content"])
+    assert types.index("tool.call.completed") < answering
+    waiting = [r.data["chunk"]["all_content"] for r in results[:answering] if rtype(r) == "message.delta"]
+    assert waiting == ["⏳ weather-getWeather"], "while the plugin runs, the chat shows what the bot waits on"
 
 
 async def test_ok_usage_and_reasoning_as_think():

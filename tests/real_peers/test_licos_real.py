@@ -37,6 +37,8 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -44,7 +46,7 @@ import pytest
 
 from runners_cli.host import Identity, LocalHost
 from tests.fakes.licos_platform import FakeLicosPlatform
-from tests.fakes.openai import FakeOpenAI
+from tests.fakes.openai import FakeOpenAI, Say, ToolCalls
 from tests.helpers import (
     deltas,
     failure,
@@ -536,3 +538,97 @@ async def test_project_memory_without_a_token_is_explained(runtimes):
     results = await run(_runner(host), host, "hello", config=runtimes["memory"].config())
     code, _, message = failure(results)
     assert "Bearer token" in message or "api-key" in message, (code, message)
+
+
+# --- liveness and reset (issue 33 items 14, 15) --------------------------------------------------
+
+ADVANCED = {"advanced-settings": True}
+
+
+async def test_legacy_keepalives_carry_a_silent_model_past_the_idle_timeout(runtimes, llm):
+    """The legacy /stream_run sends ": ping" after 30 s without events (service.py
+    _stream_sse_agent_platform with RunOpt.workflow_ping_interval_seconds = 30.0): a model that is
+    silent for 40 s outlives an idle timeout of 35 s, which only that ping can explain."""
+    llm.responder = lambda body: "slow answer"  # streamed as "slow", " ", "answer": 2 gaps of 20 s
+    llm.token_delay = 20.0
+    host = _host()
+    started = time.monotonic()
+    config = runtimes["legacy"].config(**ADVANCED, **{"idle-timeout": 35, "timeout": 120})
+    results = await run(_runner(host), host, "take your time", config=config)
+    took = time.monotonic() - started
+    _completed(results)
+    assert final_text(results) == "slow answer"
+    assert took > 38, f"the model was silent for 40 s, yet the run took {took:.1f} s"
+
+
+@contextmanager
+def _slow_download(seconds: float):
+    """A loopback file whose 3 bytes come one every ``seconds / 3`` (each gap under the runtime's
+    30 s read timeout), for the managed project's built-in ``download_file`` tool."""
+    gap = seconds / 3
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the stdlib's name
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            for _ in range(3):
+                time.sleep(gap)
+                self.wfile.write(b"x")
+                self.wfile.flush()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer((peers.LOOPBACK, 0), Drip)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{peers.LOOPBACK}:{server.server_address[1]}/slow.txt"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+async def test_managed_a_slow_tool_is_vouched_for_by_the_run_status(runtimes, llm):
+    """The managed stream sends nothing while a tool runs (managed_agents.py events: stored events
+    only). Here the project's built-in download_file takes 12 s under an idle timeout of 6 s: the
+    plugin asks GET /agent/v1/runs/{id} meanwhile and the run LICOS reports running is kept."""
+    server = runtimes["managed"]
+    host = _host()
+    with _slow_download(12.0) as url:
+        llm.script = [ToolCalls([("download_file", {"url": url, "path": "assets/slow.txt"})]), Say("downloaded it")]
+        try:
+            config = server.config(**_authed(protocol="managed"), **ADVANCED, **{"idle-timeout": 6, "timeout": 120})
+            results = await run(_runner(host), host, "fetch the slow file", config=config)
+        finally:
+            llm.script = []
+    _completed(results)
+    assert final_text(results) == "downloaded it"
+    (run_id,) = _run_ids(results)
+    assert f'"GET /agent/v1/runs/{run_id} HTTP/1.1" 200' in peers.tail(server.log, 400), "the plugin asked about the run"
+
+
+async def test_managed_reset_deletes_the_old_session(runtimes, llm):
+    server = runtimes["managed"]
+    host = _host()
+    runner = _runner(host)
+    ident = Identity(conversation_id="licos-reset", actor_id="erin")
+    config = server.config(**_authed(protocol="managed"))
+    first = await run(runner, host, "my name is Ada", config=config, identity=ident)
+    _completed(first)
+    old = state_updates(first)[stored_key(KEY, ident)]
+    assert server.get(f"/agent/v1/sessions/{old}").status_code == 200
+    host.reset_conversation(ident)
+    second = await run(runner, host, "who am I?", config=config, identity=ident)
+    _completed(second)
+    assert final_text(second) == "You said: who am I?", "the new session does not know the old one"
+    new = state_updates(second)[stored_key(KEY, ident)]
+    deadline = time.monotonic() + 10
+    while (gone := server.get(f"/agent/v1/sessions/{old}")).status_code != 404:
+        if time.monotonic() > deadline:
+            pytest.fail(f"the old session was not deleted: {gone.status_code} {gone.text[:200]}")
+        await asyncio.sleep(0.1)
+    assert "Session not found" in gone.text
+    assert server.get(f"/agent/v1/sessions/{new}").status_code == 200
+    assert f'"DELETE /agent/v1/sessions/{old} HTTP/1.1" 200' in peers.tail(server.log, 400)
