@@ -18,8 +18,13 @@ comments every 5 s, ends by closing; DeerFlow: LF, heartbeats, a final ``event: 
 - ``custom`` — DeerFlow's subagent progress (``task_started`` … ``task_completed``/``task_failed``);
 - ``error`` — LangGraph ``{"error", "message"}`` / DeerFlow ``{"name", "message"}``.
 
-Only ``messages`` tuples give answer text (``values`` is read for which ids are old, for interrupts,
-and as the last resort when a run streamed no message at all). An interrupt's question ends the run
+Only ``messages`` tuples give answer text as it streams; ``values`` says which ids are old, holds
+interrupts and the files presented (``artifacts``), is the last resort when a run streamed no message
+at all, and, at the end, carries what a middleware added to a message that already streamed (the
+messages mode never sends an id twice). Runs start with ``on_disconnect: "continue"``: a stream cut
+mid-answer is joined again (``GET …/runs/{run_id}/stream``, after the last event id), while a stop
+from LangBot cancels the run through the API. A LangBot reset deletes the thread it left behind
+(:meth:`DeerFlowAdapter.end_conversation`). An interrupt's question ends the run
 as its answer and is kept for this session (:mod:`runner_kit.pending`, under
 ``deerflow.pending-interrupt`` made per session like the thread id): the asker's (or an approver's)
 next message resumes the thread with ``command: {"resume": <text>}``, after ``GET
@@ -34,7 +39,10 @@ shown as the answer.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import mimetypes
+import posixpath
 import uuid
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -45,10 +53,20 @@ import httpx
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
-from runner_kit.http import base_url, finish_body, open_stream, read_json, shown_url, timeout_for
+from runner_kit.http import (
+    base_url,
+    finish_body,
+    open_stream,
+    read_json,
+    shown_url,
+    timeout_for,
+    transport_error,
+)
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
+from runner_kit.netguard import fetch
 from runner_kit.pending import PendingAction
+from runner_kit.results import HOST_RESULT_LIMIT, escaped_len
 from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter
 from runner_kit.streams import SSEEvent, iter_sse
 from runner_kit.texts import t
@@ -64,6 +82,16 @@ log = get_logger("runner_kit.deerflow")
 # server root -> the API prefix found by probing it (kept for the life of the process)
 _PREFIXES: dict[str, str] = {}
 CLARIFY_TOOL = "ask_clarification"
+
+
+class _JoinRefused(Exception):
+    """LangGraph answers a join of a run it does not know with an ``error`` event (an
+    ``HTTPException``, "404: Run not found"), not a 404: the run is gone, not failed."""
+
+
+def _refused_join(sse: SSEEvent) -> bool:
+    data = sse.json() if sse.data else None
+    return isinstance(data, dict) and data.get("error") == "HTTPException"
 
 
 class _NoRoute(Exception):
@@ -111,6 +139,14 @@ class _Run:
         self.events = 0
         self.ended = False
         self.check_kept = False  # a kept thread: notice when it comes back empty
+        # joining the run again after its stream was cut (on_disconnect "continue" keeps it running)
+        self.last_event_id: str | None = None  # the last ``id:`` seen: a join replays what follows it
+        self.gap = False  # DeerFlow no longer keeps the events after that id
+        self.catch_up = False  # a join without exact replay: whole messages from ``values`` only
+        self.joined_values = False  # a ``values`` event came on the latest join
+        # files the agent presented in this run (DeerFlow: values.artifacts, the tools node's updates)
+        self.artifacts_before: set[str] | None = None
+        self.presented: list[str] = []
 
     @property
     def any_text(self) -> bool:
@@ -139,6 +175,7 @@ class DeerFlowAdapter(Adapter):
             self.headers["Authorization"] = f"Bearer {key}"
         if key:
             self.headers["x-api-key"] = key  # LangGraph Platform's header
+        self.extra = extra_configurable(cfg.get("extra-configurable"))
         self.thread_id: str | None = None
         self.run_id: str | None = None
         # a graph interrupt waiting for the person who asked, kept per session like the thread id
@@ -148,13 +185,20 @@ class DeerFlowAdapter(Adapter):
 
     # --- HTTP ------------------------------------------------------------------------------------
 
+    @property
+    def deerflow(self) -> bool:
+        """The API found is DeerFlow's (its gateway, or behind its nginx), not a plain LangGraph server."""
+        return self.prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX)
+
     @asynccontextmanager
     async def _open(
-        self, method: str, path: str, on_error: Callable[[int, bytes, str], Exception], **kw: Any
+        self, method: str, path: str, on_error: Callable[[int, bytes, str], Exception], *,
+        json_for: Callable[[str], Any] | None = None, extra_headers: dict[str, str] | None = None, **kw: Any
     ) -> AsyncIterator[httpx.Response]:
         """``open_stream`` on the API; while the prefix is unknown, each candidate in turn. A prefix
         remembered from an earlier run is tried first, but the others still follow it: the server at
-        that address may have changed (DeerFlow replaced by a plain LangGraph server, say)."""
+        that address may have changed (DeerFlow replaced by a plain LangGraph server, say).
+        ``json_for(prefix)`` is the JSON body for the server behind that prefix."""
         if self.prefix is None:
             tries = self.prefixes
         elif self._confirmed or len(self.prefixes) == 1:
@@ -168,12 +212,15 @@ class DeerFlowAdapter(Adapter):
                 return _NoRoute()
             return on_error(status, body, ctype)
 
+        headers = {**self.headers, **(extra_headers or {})}
         for prefix in tries:
             stack = AsyncExitStack()
+            if json_for is not None:
+                kw["json"] = json_for(prefix)
             try:
                 resp = await stack.enter_async_context(open_stream(
                     self.env.client, method, self.root + prefix + path, budget=self.env.budget(),
-                    platform=self.platform, error_parser=parser, headers=self.headers, **kw))  # type: ignore[arg-type]
+                    platform=self.platform, error_parser=parser, headers=headers, **kw))  # type: ignore[arg-type]
             except _NoRoute:
                 await stack.aclose()
                 continue
@@ -256,16 +303,40 @@ class DeerFlowAdapter(Adapter):
             ctx["model_name"] = model
         return ctx
 
+    def _for_server(self, body: dict[str, Any]) -> Callable[[str], dict[str, Any]]:
+        """The run body for the server behind ``prefix``. The owner's extra-configurable values go
+        where each server passes them to the graph: DeerFlow copies ``config.configurable`` into the
+        graph's config as it is but only its own keys from ``context`` (``build_run_config``,
+        ``merge_run_context_overrides`` in app/gateway/services.py); LangGraph refuses configurable
+        next to context and copies ``context`` into the graph's configurable (langgraph-api
+        ``models/run.py`` ``create_valid_run``), so there they join the context. A plain LangGraph
+        server keeps the run's events for a join only when asked (``stream_resumable``); DeerFlow
+        keeps them anyway and refuses that field."""
+        def build(prefix: str) -> dict[str, Any]:
+            out = dict(body)
+            if prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX):
+                if self.extra:
+                    out["config"] = {**body["config"], "configurable": dict(self.extra)}
+            else:
+                out["stream_resumable"] = True
+                if self.extra:
+                    out["context"] = {**self.extra, **body["context"]}
+            return out
+        return build
+
     async def _body(self, resume: list[str] | None) -> tuple[dict[str, Any], list[str]]:
         body: dict[str, Any] = {
             "assistant_id": self.assistant,
             "stream_mode": list(const.STREAM_MODES),
-            # settings go in ``context`` only: LangGraph refuses configurable and context together
+            # settings go in ``context`` (LangGraph refuses configurable and context together);
+            # extra-configurable is placed per server (_for_server)
             "config": {"recursion_limit": _positive(self.env.config.get("recursion-limit"),
                                                     const.DEFAULT_RECURSION_LIMIT)},
             "context": self._context(),
             "multitask_strategy": "reject",
-            "on_disconnect": "cancel",
+            # a cut stream must not cancel the run: it is joined again (_rejoin); a stop from
+            # LangBot cancels it through the API (cancel)
+            "on_disconnect": "continue",
         }
         if resume is not None:  # a typed answer (a message with files is never one: runner_kit.pending)
             text = self.env.input.text
@@ -390,7 +461,8 @@ class DeerFlowAdapter(Adapter):
         st = _Run(set(resume or ()))
         st.check_kept = stored and resume is None
         path = const.RUN_STREAM_PATH.format(thread_id=quote(thread_id, safe=""))
-        async with self._open("POST", path, on_error, json=body) as resp:
+        dropped: RunnerError | None = None
+        async with self._open("POST", path, on_error, json_for=self._for_server(body)) as resp:
             self.run_id = _run_id(resp.headers.get("content-location"))
             if not stored:  # kept once a run started in it, so a kept thread never is empty
                 yield ev.SessionId(thread_id)
@@ -404,19 +476,125 @@ class DeerFlowAdapter(Adapter):
                 raise RunnerError("upstream.protocol",
                                   f"{self.platform} answered with JSON instead of an event stream "
                                   f"(keys: {', '.join(sorted(doc))[:120]}; {const.BASE_URL_HINT})")
-            events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
-            async for sse in events:
-                st.events += 1
-                if sse.event == "end":
-                    st.ended = True
-                    break
-                for item in self._map(sse, st):
+            try:
+                async for item in self._read(resp, st):
                     yield item
-            if st.ended:
-                await finish_body(events)  # lets the connection be reused
+            except httpx.HTTPError as exc:
+                dropped = self._cut(exc)
+        if dropped is None and self.deerflow and st.events and not st.ended:
+            # DeerFlow ends every stream with ``end``: without it the connection was cut (a proxy)
+            dropped = RunnerError("upstream.unavailable",
+                                  f"the connection to {self.platform} was closed before the answer finished")
+        if dropped is not None:
+            async for item in self._rejoin(thread_id, st, dropped):
+                yield item
         self._done = True
         for item in self._finish(st):
             yield item
+        for item in await self._attachments(thread_id, st):
+            yield item
+
+    async def _read(self, resp: httpx.Response, st: _Run, *, joining: bool = False) -> AsyncIterator[ev.Event]:
+        """The events of one stream (the run's own, or a join) until ``end`` or the body ends."""
+        events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
+        async for sse in events:
+            st.events += 1
+            if joining and sse.event == "error" and _refused_join(sse):
+                raise _JoinRefused
+            if sse.id:
+                st.last_event_id = sse.id
+            if sse.event == "end":
+                st.ended = True
+                break
+            if sse.event == "gap":  # DeerFlow: the events after Last-Event-ID are no longer kept
+                st.gap = True
+                break
+            for item in self._map(sse, st):
+                yield item
+        if st.ended:
+            await finish_body(events)  # lets the connection be reused
+
+    def _cut(self, exc: httpx.HTTPError) -> RunnerError:
+        """A stream that broke off mid-answer (the connection closed: a proxy, a restart, the
+        network) while the run may go on; anything else (a read timeout is the run's own time
+        limit) is raised as it is."""
+        if self.run_id and isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):
+            return transport_error(exc, self.platform)
+        raise exc
+
+    async def _rejoin(self, thread_id: str, st: _Run, err: RunnerError) -> AsyncIterator[ev.Event]:
+        """Join the run whose stream was cut (``GET …/runs/{run_id}/stream``) and read it to its end,
+        at most ``len(REJOIN_DELAYS)`` times. With the last event id the server replays exactly what
+        followed it (DeerFlow always, LangGraph for a ``stream_resumable`` run); without it (or after
+        DeerFlow's ``gap``) the answer is caught up from ``values``' whole messages only, so nothing
+        shown is repeated. A join that ends without the run's final state reads it from the thread.
+        When every attempt fails, ``err`` stands (the answer so far is kept, marked incomplete)."""
+        path = const.JOIN_PATH.format(thread_id=quote(thread_id, safe=""), run_id=quote(self.run_id or "", safe=""))
+        for n, delay in enumerate(const.REJOIN_DELAYS, 1):
+            if delay:
+                await asyncio.sleep(min(delay, self.env.budget()))
+            if st.gap or st.last_event_id is None:
+                st.catch_up, st.gap, st.last_event_id = True, False, None
+            headers = {} if st.catch_up else {"Last-Event-ID": st.last_event_id or ""}
+            st.ended = st.joined_values = False
+            opened = False
+            log.info("%s: the stream of run %s was cut (%s); joining it again (%d of %d)%s", self.platform,
+                     self.run_id, err.message, n, len(const.REJOIN_DELAYS),
+                     " from values" if st.catch_up else " after its last event")
+            try:
+                async with self._open("GET", path, map_http, extra_headers=headers) as resp:
+                    if "event-stream" not in resp.headers.get("content-type", "").lower():
+                        raise RunnerError("upstream.protocol", f"{self.platform} did not answer the join with a stream")
+                    opened = True
+                    try:
+                        async for item in self._read(resp, st, joining=True):
+                            yield item
+                    except httpx.HTTPError as exc:
+                        err = self._cut(exc)
+                        continue
+            except _JoinRefused:
+                log.info("%s: run %s is not known to the server any more", self.platform, self.run_id)
+                raise err from None
+            except RunnerError as exc:
+                if opened:
+                    raise  # what the run itself ended with (its error event), not the join
+                if exc.code == "upstream.unavailable":
+                    err = exc  # not reachable for a moment (a restart, the network): try again
+                    continue
+                if exc.code == "upstream.timeout":
+                    raise
+                log.info("%s: run %s cannot be joined (%s)", self.platform, self.run_id, exc.message)
+                raise err from None
+            if st.gap or (self.deerflow and not st.ended):
+                continue  # cut again, or DeerFlow no longer has what followed: once more, from values
+            if st.joined_values or await self._final_state(thread_id, st):
+                return
+        raise err
+
+    async def _final_state(self, thread_id: str, st: _Run) -> bool:
+        """After a join that brought no final state (LangGraph joins a run live: one that ended
+        meanwhile sends nothing; DeerFlow forgets a run's events a minute after it ended): how the
+        run ended (``GET …/runs/{run_id}``) and, when it finished, the thread's values. False while
+        the run still goes on."""
+        path = const.RUN_PATH.format(thread_id=quote(thread_id, safe=""), run_id=quote(self.run_id or "", safe=""))
+        async with self._open("GET", path, map_http) as resp:
+            run = await read_json(resp, self.platform)
+        status = str(run.get("status") or "") if isinstance(run, dict) else ""
+        if status in const.RUN_GOING:
+            return False
+        if status == "error":
+            raise RunnerError("upstream.error", f"{self.platform}'s run failed after the connection to it was cut")
+        if status == "interrupted":
+            raise RunnerError("upstream.error", f"{self.platform}'s run was stopped on the server")
+        if status == "timeout":
+            raise RunnerError("upstream.timeout", f"{self.platform}'s run reached its time limit on the server",
+                              retryable=True)
+        async with self._open("GET", const.STATE_PATH.format(thread_id=quote(thread_id, safe="")), map_http) as resp:
+            doc = await read_json(resp, self.platform)
+        values = doc.get("values") if isinstance(doc, dict) else None
+        if isinstance(values, dict):
+            self._take_values(values, st, show=False)
+        return True
 
     def _map(self, sse: SSEEvent, st: _Run) -> list[ev.Event]:
         name = sse.event
@@ -427,6 +605,8 @@ class DeerFlowAdapter(Adapter):
             if isinstance(data, dict) and not self.run_id and isinstance(data.get("run_id"), str):
                 self.run_id = data["run_id"]
             return []
+        if st.catch_up and name.startswith("messages"):
+            return []  # deltas since an unknown point: the whole messages in ``values`` say it instead
         if name in ("messages", "messages-tuple"):
             msg = data[0] if isinstance(data, list) and data else data
             return self._message_event(msg, st, accumulated=False) if isinstance(msg, dict) else []
@@ -439,20 +619,21 @@ class DeerFlowAdapter(Adapter):
         out = self._flush_calls(st)
         if name == "values" and isinstance(data, dict):
             messages = data.get("messages") if isinstance(data.get("messages"), list) else []
-            if st.before is None:
-                st.before = {str(m["id"]) for m in messages if isinstance(m, dict) and m.get("id")}
+            if st.before is None and not st.catch_up:
                 # DeerFlow before 2.0-rc restarted a missing thread empty where LangGraph (and DeerFlow
                 # since) says 404: notice it here
-                deerflow = self.prefix in (const.NGINX_PREFIX, const.GATEWAY_PREFIX)
-                if st.check_kept and deerflow and "messages" in data and len(messages) <= 1:
+                if st.check_kept and self.deerflow and "messages" in data and len(messages) <= 1:
                     out += self._thread_lost()
-            st.last_values = data
-            self._interrupts(data.get("__interrupt__"), st)
+            out += self._take_values(data, st, show=st.catch_up)
         elif name == "updates" and isinstance(data, dict):
             self._interrupts(data.get("__interrupt__"), st)
             for node, update in data.items():
-                if node != "__interrupt__" and isinstance(update, dict) and isinstance(update.get("messages"), list):
+                if node == "__interrupt__" or not isinstance(update, dict):
+                    continue
+                if isinstance(update.get("messages"), list):
                     st.updated += [m for m in update["messages"] if isinstance(m, dict)]
+                if isinstance(update.get("artifacts"), list):  # DeerFlow's present_files (a Command update)
+                    st.presented += [p for p in update["artifacts"] if isinstance(p, str) and p not in st.presented]
         elif name == "custom":
             out += self._custom(data, st)
         elif name == "error":
@@ -460,6 +641,33 @@ class DeerFlowAdapter(Adapter):
         elif name not in ("values", "updates") and name not in self._unknown:
             self._unknown.add(name)
             log.info("%s: skipping unknown stream event %r", self.platform, name)
+        return out
+
+    def _take_values(self, data: dict[str, Any], st: _Run, *, show: bool) -> list[ev.Event]:
+        """A ``values`` event (or the thread's state read after a join): the thread's whole state.
+        The run's first one says which messages (and files) were there before it; while catching up
+        after a cut stream (``show``), its new whole messages are shown as far as they go beyond
+        what was shown."""
+        messages = [m for m in data.get("messages") or [] if isinstance(m, dict)] \
+            if isinstance(data.get("messages"), list) else []
+        if st.before is None:
+            if st.catch_up:  # this run's first values were missed: what came before its last input
+                humans = [i for i, m in enumerate(messages) if str(m.get("type") or m.get("role")) in ("human", "user")]
+                messages_before = messages[: humans[-1] + 1] if humans else []
+            else:
+                messages_before = messages
+            st.before = {str(m["id"]) for m in messages_before if m.get("id")}
+            if st.artifacts_before is None and not st.catch_up:
+                st.artifacts_before = {p for p in data.get("artifacts") or [] if isinstance(p, str)} \
+                    if isinstance(data.get("artifacts"), list) else set()
+        st.last_values = data
+        st.joined_values = True
+        self._interrupts(data.get("__interrupt__"), st)
+        out: list[ev.Event] = []
+        if show:
+            for msg in messages:
+                if str(msg.get("id") or "") not in st.before:
+                    out += self._message_event(msg, st, accumulated=True)
         return out
 
     def _thread_lost(self) -> list[ev.Event]:
@@ -601,6 +809,8 @@ class DeerFlowAdapter(Adapter):
                     out.append(ev.Text(text))
                     st.texted.append(str(msg.get("id") or "_"))
                     break
+        else:
+            out += self._settle(fresh, st)
         for msg in fresh:
             if kind(msg) == "tool" and msg.get("name") == CLARIFY_TOOL and st.clarification is None:
                 st.clarification = plain_text(msg.get("content")).strip() or None
@@ -625,6 +835,30 @@ class DeerFlowAdapter(Adapter):
             out.append(ev.Text(text))
         return out
 
+    def _settle(self, fresh: list[dict[str, Any]], st: _Run) -> list[ev.Event]:
+        """What the run's final state says beyond what streamed. A middleware that rewrites the
+        model's message after it streamed (DeerFlow's LoopDetectionMiddleware appends "[FORCED STOP]
+        …", SafetyFinishReasonMiddleware its explanation: deer-flow
+        agents/middlewares/loop_detection_middleware.py ``_append_text``,
+        safety_finish_reason_middleware.py) returns it under the same id, and the messages mode
+        never sends a message id twice (langgraph ``StreamMessagesHandler._emit(dedupe=True)``): the
+        added text is only in ``values``. So: the rest of each streamed message, and a message after
+        the last streamed one that only now has text (an empty one given its explanation)."""
+        out: list[ev.Event] = []
+        ids = [str(m.get("id") or "_") for m in fresh]
+        last = max((i for i, mid in enumerate(ids) if mid in st.texted), default=-1)
+        for i, msg in enumerate(fresh):
+            if kind(msg) != "ai":
+                continue
+            mid = ids[i]
+            text, _ = split_content(msg.get("content"))
+            if mid in st.shown:
+                out += self._piece(st.shown, mid, text, False, ev.Text)
+            elif i > last and text.strip():
+                out += [ev.Text("\n\n"), *self._piece(st.shown, mid, text, False, ev.Text)]
+                st.texted.append(mid)
+        return out
+
     @staticmethod
     def _new_in_values(st: _Run) -> list[dict[str, Any]]:
         """Messages of the last ``values`` that this run added (not in its first ``values``); else
@@ -634,6 +868,123 @@ class DeerFlowAdapter(Adapter):
         messages = st.last_values.get("messages")
         return [m for m in messages if isinstance(m, dict) and str(m.get("id") or "") not in st.before] \
             if isinstance(messages, list) else []
+
+    # --- files the agent presented ----------------------------------------------------------------
+
+    @staticmethod
+    def _new_artifacts(st: _Run) -> list[str]:
+        """The files this run presented: the tools node's ``artifacts`` updates, and what the run's
+        last ``values.artifacts`` lists beyond its first (the list is merged over the thread's life:
+        deer-flow agents/thread_state.py ``merge_artifacts``)."""
+        out = list(st.presented)
+        final = st.last_values.get("artifacts") if isinstance(st.last_values, dict) else None
+        if isinstance(final, list) and st.artifacts_before is not None:
+            out += [p for p in final if isinstance(p, str) and p not in st.artifacts_before and p not in out]
+        return out
+
+    async def _attachments(self, thread_id: str, st: _Run) -> list[ev.Event]:
+        """The run's new files, attached to the answer: a DeerFlow virtual path is read from the
+        thread's artifacts route (``GET /api/threads/{id}/artifacts/<path>``, deer-flow
+        app/gateway/routers/artifacts.py), a link only when it points to a public address
+        (:mod:`runner_kit.netguard`), each within ``max-file-size-mb`` and all within what one LangBot
+        message can carry; what is left out is named in one line."""
+        paths = self._new_artifacts(st)
+        if not paths:
+            return []
+        # images first: the chat shows them inline, so they come first within the size budget
+        paths.sort(key=lambda p: not str(mimetypes.guess_type(_artifact_name(p))[0] or "").startswith("image/"))
+        if not self.deerflow:
+            log.info("%s: the run listed %d artifacts, but this server has no artifacts route", self.platform, len(paths))
+            return []
+        out: list[ev.Event] = []
+        left_out: list[str] = []
+        # the answer and its files travel in one result, which LangBot cuts over 1 MiB; base64 is 4/3
+        text = sum(escaped_len(v) for v in (*st.shown.values(), *st.thought.values()))
+        budget = max(0, min(const.ATTACHMENT_BUDGET, (HOST_RESULT_LIMIT - const.RESULT_MARGIN - text) * 3 // 4))
+        for n, path in enumerate(paths):
+            name = _artifact_name(path)
+            if n >= const.MAX_ARTIFACTS:
+                left_out.append(t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）",
+                                  name=name, n=const.MAX_ARTIFACTS))
+                continue
+            try:
+                data, ctype = await self._artifact(thread_id, path, name, budget)
+            except RunnerError as err:
+                log.info("%s: artifact %s not attached: %s", self.platform, name, err.message)
+                link = path.lower().startswith(("http://", "https://"))
+                left_out.append(_why_left_out(name, err, self.env.max_bytes, budget, link))
+                continue
+            budget -= len(data)
+            mime = (ctype.split(";")[0].strip().lower() or mimetypes.guess_type(name)[0] or "application/octet-stream")
+            url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
+            out.append(ev.Attachment(url=url, kind="image" if mime.startswith("image/") else "file", name=name,
+                                     mime_type=mime))
+        if left_out:
+            out.append(ev.Text("\n\n" + t("(Not attached: {files}.)", "（未附上：{files}。）",
+                                          files="; ".join(left_out))))
+        return out
+
+    async def _artifact(self, thread_id: str, path: str, name: str, budget: int) -> tuple[bytes, str]:
+        """One presented file's bytes and content type: at most ``max-file-size-mb`` and ``budget``."""
+        limit = min(self.env.max_bytes, budget)
+        label = repr(name)
+        if path.lower().startswith(("http://", "https://")):
+            got = await fetch(path, label=label, max_bytes=limit, budget=self.env.budget())
+            return got.data, got.content_type
+        url = self._artifact_url(thread_id, path)
+        if url is None:
+            raise RunnerError("input.refused", f"{label} is not a file in the thread's workspace")
+
+        def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
+            err = map_http(status, raw, ctype)
+            return RunnerError(err.code, f"{label} could not be read: {err.message}", retryable=err.retryable,
+                               status=status)
+
+        async with open_stream(self.env.client, "GET", url, budget=self.env.budget(), platform=self.platform,
+                               error_parser=on_error, headers=self.headers) as resp:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limit:
+                raise RunnerError("input.too_large", f"{label} is {int(declared)} bytes")
+            buf = bytearray()
+            try:
+                async for chunk in resp.aiter_bytes():
+                    buf += chunk
+                    if len(buf) > limit:
+                        raise RunnerError("input.too_large", f"{label} is larger than {limit} bytes")
+            except httpx.HTTPError as exc:
+                raise transport_error(exc, self.platform) from None
+            return bytes(buf), resp.headers.get("content-type", "")
+
+    def _artifact_url(self, thread_id: str, path: str) -> str | None:
+        """The artifacts route of a virtual path under ``/mnt/user-data/``, each segment quoted;
+        None for anything else (a relative path, ``..``, a backslash, a control character)."""
+        if not path.startswith(const.ARTIFACT_ROOT) or "\\" in path or any(ord(c) < 32 or ord(c) == 127 for c in path):
+            return None
+        segments = path[1:].split("/")
+        if any(seg in ("", ".", "..") for seg in segments):
+            return None
+        return (self.root + const.ARTIFACTS_PATH.format(thread_id=quote(thread_id, safe=""))
+                + "".join("/" + quote(seg, safe="") for seg in segments))
+
+    # --- a LangBot reset ------------------------------------------------------------------------
+
+    async def end_conversation(self, upstream_id: Any) -> None:
+        """A LangBot reset left this session's thread behind: delete it (``DELETE /threads/{id}``;
+        LangGraph answers 204, DeerFlow 200, both 404 when it is already gone, DeerFlow 409 while a
+        run is still in flight there)."""
+        thread_id, _legacy = stored_thread(upstream_id)
+        if thread_id is None:
+            return
+        path = const.THREAD_PATH.format(thread_id=quote(thread_id, safe=""))
+        try:
+            async with self._open("DELETE", path, map_http) as resp:
+                await finish_body(resp.aiter_bytes())
+        except RunnerError as err:
+            if err.status == 404:
+                log.info("%s: thread %s was already gone", self.platform, thread_id)
+                return
+            raise
+        log.info("%s: deleted thread %s, which a LangBot reset left behind", self.platform, thread_id)
 
     async def cancel(self) -> None:
         """Cancel the run upstream (host cancel, deadline or idle timeout)."""
@@ -656,3 +1007,44 @@ def _run_id(location: str | None) -> str | None:
 
 def _positive(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+
+
+def extra_configurable(value: Any) -> dict[str, Any]:
+    """``extra-configurable`` (the kit already made it a JSON object): keys the plugin sets from its
+    own fields, or the servers set themselves, are refused, so a value never silently loses."""
+    extra = dict(value) if isinstance(value, dict) else {}
+    taken = sorted(k for k in extra if k in const.OWN_KEYS or k in const.SERVER_KEYS or k.startswith(("__", "langgraph_")))
+    if taken:
+        raise RunnerError(
+            "config.invalid",
+            f"config key 'extra-configurable' may not set {', '.join(repr(k[:40]) for k in taken[:5])}: the plugin "
+            "sets model_name, thinking_enabled, is_plan_mode, subagent_enabled and max_concurrent_subagents from its "
+            "own settings, and the server sets thread_id, user_id and its internal keys",
+        )
+    return extra
+
+
+def _artifact_name(path: str) -> str:
+    """A presented file's name as the chat shows it: the last part of its path, on one line."""
+    name = posixpath.basename(path.split("?", 1)[0].rstrip("/")) or "file"
+    return "".join(c for c in name if c.isprintable())[:80] or "file"
+
+
+def _why_left_out(name: str, err: RunnerError, max_bytes: int, budget: int, link: bool) -> str:
+    """One phrase of the not-attached line, in the run's language."""
+    if err.code == "input.too_large":
+        if budget < max_bytes:
+            return t("'{name}' (larger than one LangBot message can carry)", "“{name}”（超出一条 LangBot 消息能携带的大小）",
+                     name=name)
+        return t("'{name}' (larger than {size}, the file size limit)", "“{name}”（超过文件大小上限 {size}）",
+                 name=name, size=_size(max_bytes))
+    if err.code == "input.refused" and link:
+        return t("'{name}' (a link to a private or local address)", "“{name}”（指向私有或本地地址的链接）", name=name)
+    if err.code == "input.refused":
+        return t("'{name}' (not a file DeerFlow serves from this thread)", "“{name}”（不是 DeerFlow 在此线程中提供的文件）",
+                 name=name)
+    return t("'{name}' (it could not be read)", "“{name}”（无法读取）", name=name)
+
+
+def _size(n: int) -> str:
+    return f"{n / 1048576:.3g} MiB" if n >= 1048576 else f"{max(1, round(n / 1024))} KiB"

@@ -11,13 +11,36 @@ GATEWAY_PREFIX = "/api"
 PROBE_ORDER = (NGINX_PREFIX, "", GATEWAY_PREFIX)
 
 THREADS_PATH = "/threads"
+THREAD_PATH = "/threads/{thread_id}"  # DELETE: LangGraph 204, DeerFlow 200 (409 while a run is in flight)
 RUN_STREAM_PATH = "/threads/{thread_id}/runs/stream"
 CANCEL_PATH = "/threads/{thread_id}/runs/{run_id}/cancel"
+RUN_PATH = "/threads/{thread_id}/runs/{run_id}"  # the run's status
+# join a run's stream again (both servers; Last-Event-ID replays what came after that event)
+JOIN_PATH = "/threads/{thread_id}/runs/{run_id}/stream"
 STATE_PATH = "/threads/{thread_id}/state"  # what the thread waits on (its interrupts)
 # conversation state, per session like the thread id: the interrupt waiting for its asker's answer
 PENDING_KEY = "deerflow.pending-interrupt"
 # DeerFlow only (gateway route, also reachable through nginx): files into the thread's workspace
 UPLOAD_PATH = "/api/threads/{thread_id}/uploads"
+# DeerFlow only: a file the agent presented (values.artifacts holds its virtual path, which follows)
+ARTIFACTS_PATH = "/api/threads/{thread_id}/artifacts"
+ARTIFACT_ROOT = "/mnt/user-data/"  # every virtual path in a DeerFlow thread's workspace starts so
+MAX_ARTIFACTS = 10  # files attached to one answer at most
+# LangBot 4.11.2 truncates a result over 1 MiB: the files inlined into the answer stay within this
+ATTACHMENT_BUDGET = 600 * 1024
+RESULT_MARGIN = 64 * 1024  # the message's envelope, a note, the file names
+
+# a cut stream is joined again this many times, after these pauses (seconds)
+REJOIN_DELAYS = (0.0, 0.25, 0.5)
+# run statuses (LangGraph and DeerFlow) of a run that is still going
+RUN_GOING = frozenset({"pending", "running"})
+
+# what the plugin sets in the run's context itself (its own fields), and what the servers own:
+# neither may come from extra-configurable
+OWN_KEYS = frozenset({"thinking_enabled", "is_plan_mode", "subagent_enabled", "max_concurrent_subagents",
+                      "model_name", "model"})
+SERVER_KEYS = frozenset({"thread_id", "run_id", "user_id", "checkpoint_id", "checkpoint_ns", "assistant_id",
+                         "graph_id", "is_internal", "authz_attributes", "channel_user_id", "non_interactive"})
 
 # every one is in DeerFlow's allowed list (it rejects plain "messages"); LangGraph accepts them all
 STREAM_MODES = ["values", "messages-tuple", "updates", "custom"]
@@ -41,5 +64,5 @@ TASK_END = {
 
 # stream events with nothing for the chat
 IGNORED_EVENTS = frozenset(
-    {"messages/metadata", "debug", "tasks", "checkpoints", "events", "gap", "feedback", "heartbeat"}
+    {"messages/metadata", "debug", "tasks", "checkpoints", "events", "feedback", "heartbeat"}
 )

@@ -113,6 +113,7 @@ def cases() -> list[PluginCase]:
             stall=stall,
             think=think,
             seen=seen,
+            ended=lambda srv: list(srv.deleted),
             forget_sessions=lambda srv: srv.forget_conversations(),
             second_bot=lambda srv, key: (srv.api_keys.add(key), config(srv, key))[1],
             group_modes={"actor": "person", "hashed": "person", "conversation": "shared",

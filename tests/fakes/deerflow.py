@@ -28,12 +28,38 @@ tasks without interrupts); a run with new input on an interrupted
 thread drops the interrupt and runs the graph from the start; a resume with no interrupt waiting
 runs nothing (only ``values``, unchanged); :meth:`FakeDeerFlow.answer_interrupt` answers one as
 DeerFlow's own UI would.
+
+Runs outlive their HTTP stream, as on both servers: a run is a task that publishes its events into
+the run's log (DeerFlow's ``StreamBridge``, LangGraph's stream manager) and every stream — the
+``POST …/runs/stream`` that created it, or a later ``GET …/runs/{run_id}/stream`` join — writes
+that log out. When the creating stream's client goes away the run is cancelled only with
+``on_disconnect: "cancel"`` (DeerFlow's default, ``app/gateway/run_models.py`` and
+``services.py`` ``sse_consumer``; langgraph-api 0.16.7 defaults to ``"continue"``,
+``api/runs.py`` ``stream_run``). Joins: DeerFlow stamps every event ``id: <ms>-<seq>`` (after
+``data:``), replays after ``Last-Event-ID`` (or, without one or with an id it does not know, from
+the earliest event it still keeps), answers an id older than what it keeps with one ``gap`` event
+and keeps a run's events ``stream_cleanup_delay`` seconds after it ended (then a join gets only
+``end``); LangGraph stamps ids only on ``stream_resumable`` runs, replays after ``Last-Event-ID``
+only for those, and otherwise joins live (nothing of what was sent before).
+
+Both servers' ``messages`` mode drops a message whose id it already streamed
+(``StreamMessagesHandler._emit(dedupe=True)`` for node outputs): text a middleware appends to a
+streamed message (DeerFlow's LoopDetectionMiddleware "[FORCED STOP] …", its
+SafetyFinishReasonMiddleware explanation; ``appended``) reaches a client only in ``values`` and
+``updates``. Files a DeerFlow run presents (``present_files``) are listed in ``values.artifacts``
+(merged over the thread's life, ``merge_artifacts``) and in the tool node's ``updates``, and served
+by ``GET /api/threads/{id}/artifacts/<virtual path>`` (``app/gateway/routers/artifacts.py``).
+``DELETE {prefix}/threads/{id}``: LangGraph 204 (its runs go with it), DeerFlow 200
+``{"success", "message"}`` or 409 while a run is in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import mimetypes
+import re
+import time
 import uuid
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -45,6 +71,8 @@ from .http_server import FakeHTTPServer, Request, Response
 __all__ = ["FAULTS", "FakeDeerFlow", "Thread"]
 
 MiB = 1024 * 1024
+_ARTIFACT = re.compile(r"^/api/threads/([^/]+)/artifacts/(.+)$")
+DELETE_BUSY = "Thread has work in flight. Delete it after the work finishes."
 DEERFLOW_MODES = {"values", "messages-tuple", "updates", "debug", "tasks", "checkpoints", "custom"}
 LANGGRAPH_MODES = DEERFLOW_MODES | {"messages", "events"}
 RUN_FIELDS = {
@@ -68,6 +96,7 @@ _FAULT_BODIES: dict[int, Any] = {
 }
 _STREAM_FAULTS = ("invalid_json", "truncated", "error_event", "empty", "non_utf8", "oversized", "stall",
                   "stall_before_headers", "stall_pings")
+_RAW_FAULTS = ("empty", "invalid_json", "non_utf8", "oversized")  # served as bytes, with no run behind them
 FAULTS: tuple[str, ...] = (
     tuple(f"http_{s}" for s in _FAULT_BODIES) + tuple(f"html_{s}" for s in _FAULT_BODIES) + _STREAM_FAULTS
 )
@@ -85,6 +114,35 @@ class Thread:
     interrupt: dict[str, Any] | None = None  # pending {"value", "id"}
     busy: bool = False
     uploads: dict[str, bytes] = field(default_factory=dict)
+    artifacts: list[str] = field(default_factory=list)  # values.artifacts: every path presented so far
+    files: dict[str, bytes] = field(default_factory=dict)  # virtual path -> bytes the artifacts route serves
+
+
+@dataclass
+class RunLog:
+    """One run's published events (DeerFlow's stream bridge, LangGraph's stream manager)."""
+
+    run_id: str
+    thread_id: str
+    on_disconnect: str
+    resumable: bool
+    events: list[tuple[str, str, Any]] = field(default_factory=list)  # (id, event, data), retained only
+    start: int = 0  # the absolute offset of events[0]
+    seq: int = 0
+    ended: bool = False
+    ended_at: float = 0.0
+    status: str = "pending"
+    quiet: bool = False  # a stall without heartbeats (the "stall" fault)
+    cut_at: int | None = None  # the creating stream is cut once it wrote this many events ("truncated")
+    task: asyncio.Task[None] | None = None
+
+    def publish(self, name: str, data: Any, keep: int) -> None:
+        self.events.append((f"{int(time.time() * 1000)}-{self.seq}", name, data))
+        self.seq += 1
+        if len(self.events) > keep:
+            drop = len(self.events) - keep
+            del self.events[:drop]
+            self.start += drop
 
 
 class _Gone(Exception):
@@ -119,6 +177,19 @@ class FakeDeerFlow(FakeHTTPServer):
         self.interrupt_value: Any = None  # the next run interrupts with this value
         self.clarification: dict[str, Any] | None = None  # the model calls ask_clarification
         self.fail_with: tuple[str, str] | None = None  # an error event (exception name, message) after the tokens
+        # a middleware rewrites the streamed answer (same id) with this text appended: values/updates only
+        self.appended: str | None = None
+        self.present_files: dict[str, bytes] = {}  # the run presents these files (virtual path -> bytes)
+        self.extra_artifacts: list[str] = []  # written into values.artifacts as they are (a custom agent)
+        self.after_answer_delay = 0.0  # the run goes on this long after the answer's last chunk
+        self.tool_preamble = ""  # the tool-calling model turn streams this text before its call ("Let me look")
+        # -- joins: what a client that joins a run again may meet --
+        self.join_gaps = 0  # the next joins with a Last-Event-ID get DeerFlow's ``gap`` (the events are gone)
+        self.join_after_run_ends = False  # a join is answered only once the run ended (the client came late)
+        self.lose_runs = False  # the server restarted: it no longer knows any run (a join is 404 / "Run not found")
+        self.cut_cleanly = False  # "truncated" ends the body properly (a proxy closing it) instead of breaking it
+        self.retained_events = 256  # DeerFlow MemoryStreamBridge queue_maxsize
+        self.stream_cleanup_delay = 60.0  # DeerFlow keeps a run's events this long after it ended
         self.heartbeat_interval = 5.0
         # DeerFlow before 2.0-rc: a run on an unknown thread created it (empty) instead of a 404
         self.creates_unknown_threads = False
@@ -133,6 +204,10 @@ class FakeDeerFlow(FakeHTTPServer):
         self.disconnect_cancelled: list[str] = []  # runs stopped because the client went away (on_disconnect)
         self._cancel_flags: dict[str, asyncio.Event] = {}  # every run's flag, kept after it ended
         self._active: set[str] = set()
+        self.logs: dict[str, RunLog] = {}  # run id -> its events
+        self.joins: list[Request] = []  # GET …/runs/{run_id}/stream (and DeerFlow's /join)
+        self.deleted: list[str] = []  # threads a DELETE removed
+        self.artifact_requests: list[Request] = []
 
         prefixes = ("/api/langgraph", "/api") if flavor == "deerflow" else ("",)
         for p in prefixes:
@@ -140,6 +215,11 @@ class FakeDeerFlow(FakeHTTPServer):
             self.add_route("POST", f"{p}/threads/{{tid}}/runs/stream", self._run_stream)
             self.add_route("POST", f"{p}/threads/{{tid}}/runs/{{rid}}/cancel", self._cancel)
             self.add_route("GET", f"{p}/threads/{{tid}}/state", self._state)
+            self.add_route("GET", f"{p}/threads/{{tid}}/runs/{{rid}}/stream", self._join)
+            self.add_route("GET", f"{p}/threads/{{tid}}/runs/{{rid}}", self._get_run)
+            self.add_route("DELETE", f"{p}/threads/{{tid}}", self._delete_thread)
+            if flavor == "deerflow":
+                self.add_route("GET", f"{p}/threads/{{tid}}/runs/{{rid}}/join", self._join)
         if flavor == "deerflow":
             self.add_route("POST", "/api/threads/{tid}/uploads", self._upload)
         else:
@@ -180,7 +260,17 @@ class FakeDeerFlow(FakeHTTPServer):
     # -- plumbing ------------------------------------------------------------------------------
 
     async def not_found(self, req: Request, resp: Response) -> None:
+        m = _ARTIFACT.match(req.path) if self.flavor == "deerflow" and req.method == "GET" else None
+        if m is not None:  # {path:path}: the fake's routes match one segment only
+            await self._artifact(req, resp, m.group(1), m.group(2))
+            return
         await self._detail(resp, 404, "Not Found")
+
+    async def _shutdown(self) -> None:
+        for log in self.logs.values():
+            if log.task is not None and not log.task.done():
+                log.task.cancel()
+        await super()._shutdown()
 
     async def method_not_allowed(self, req: Request, resp: Response, allowed: list[str]) -> None:
         await self._detail(resp, 405, "Method Not Allowed")
@@ -282,6 +372,174 @@ class FakeDeerFlow(FakeHTTPServer):
         flag.set()
         await resp.json(200, {})
 
+    async def _get_run(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
+        log = self.logs.get(req.path_params["rid"])
+        if log is None or log.thread_id != req.path_params["tid"]:
+            await self._detail(resp, 404, f"Run {req.path_params['rid']} not found" if self.flavor == "deerflow"
+                               else "Run not found")
+            return
+        await resp.json(200, {"run_id": log.run_id, "thread_id": log.thread_id, "assistant_id": "lead_agent",
+                              "status": log.status, "metadata": {}, "multitask_strategy": "reject"})
+
+    async def _delete_thread(self, req: Request, resp: Response) -> None:
+        if not await self._auth(req, resp):
+            return
+        tid = req.path_params["tid"]
+        thread = self.threads.get(tid)
+        if thread is None:
+            await self._detail(resp, 404, f"Thread {tid} not found" if self.flavor == "deerflow"
+                               else f"Thread with ID {tid} not found")
+            return
+        if self.flavor == "deerflow":
+            if thread.busy:  # run_manager.reserve_thread_operation -> ConflictError
+                await self._detail(resp, 409, DELETE_BUSY)
+                return
+            del self.threads[tid]
+            self.deleted.append(tid)
+            await resp.json(200, {"success": True, "message": f"Deleted local thread data for {tid}"})
+            return
+        # langgraph-runtime-inmem Threads.delete: the thread and its runs go (a running one stops)
+        for log in self.logs.values():
+            if log.thread_id == tid and not log.ended:
+                self._cancel_flags[log.run_id].set()
+        del self.threads[tid]
+        self.deleted.append(tid)
+        await resp.send(204, b"", None)
+
+    async def _artifact(self, req: Request, resp: Response, tid: str, path: str) -> None:
+        """``GET /api/threads/{id}/artifacts/{path}``: ``path`` is the virtual path without its
+        leading slash (``mnt/user-data/outputs/report.md``), already percent-decoded."""
+        self.artifact_requests.append(req)
+        if not await self._auth(req, resp):
+            return
+        if ".." in path.split("/"):
+            await self._detail(resp, 403, "Access denied: path traversal detected")
+            return
+        thread = self.threads.get(tid)
+        data = thread.files.get("/" + path) if thread is not None else None
+        if data is None:
+            await self._detail(resp, 404, f"Artifact not found: {path}")
+            return
+        name = path.rsplit("/", 1)[-1]
+        mime = mimetypes.guess_type(name)[0]
+        active = mime in ("text/html", "application/xhtml+xml", "image/svg+xml")
+        disposition = "attachment" if active or req.query.get("download") == "true" else "inline"
+        await resp.send(200, data, mime or "application/octet-stream",
+                        {"content-disposition": f"{disposition}; filename*=UTF-8''{name}"})
+
+    # -- joining a run's stream --------------------------------------------------------------------
+
+    async def _join(self, req: Request, resp: Response) -> None:
+        self.joins.append(req)
+        if not await self._auth(req, resp):
+            return
+        rid, tid = req.path_params["rid"], req.path_params["tid"]
+        log = None if self.lose_runs else self.logs.get(rid)
+        last = req.headers.get("last-event-id") or None
+        if log is not None and self.join_after_run_ends and log.task is not None:
+            await asyncio.wait([log.task])
+        if self.flavor == "deerflow":
+            if log is None or log.thread_id != tid:
+                await self._detail(resp, 404, f"Run {rid} not found")
+                return
+            await resp.start_stream(200, "text/event-stream; charset=utf-8", {"x-accel-buffering": "no"})
+            if log.ended and time.monotonic() - log.ended_at >= self.stream_cleanup_delay:
+                await resp.write("event: end\ndata: null\n\n")  # _terminal_record_stream_missing
+                return
+            offset = log.start
+            if last is not None:
+                seq = _seq(last)
+                if self.join_gaps > 0:
+                    self.join_gaps -= 1
+                    seq = -1  # older than anything kept
+                if seq is not None and log.events and seq < log.start:
+                    await resp.write(self._frame("gap", {
+                        "code": "stream_replay_gap", "run_id": rid, "requested_event_id": last,
+                        "earliest_available_event_id": log.events[0][0],
+                        "latest_available_event_id": log.events[-1][0], "recovery": "reload_durable_state"}, None))
+                    return  # no end: the bridge's subscriber stops after the gap
+                if seq is not None and 0 <= seq - log.start < len(log.events) and log.events[seq - log.start][0] == last:
+                    offset = seq + 1
+        else:
+            if log is None or log.thread_id != tid:
+                # Runs.Stream.join: no stored events, then the run is looked up and is not there
+                await resp.start_stream(200, "text/event-stream; charset=utf-8", {})
+                await resp.write(self._frame("error", {"error": "HTTPException", "message": "404: Run not found"}, None))
+                return
+            await resp.start_stream(200, "text/event-stream; charset=utf-8", {
+                "location": f"/threads/{tid}/runs/{rid}/stream", "content-location": f"/threads/{tid}/runs/{rid}"})
+            offset = log.start + len(log.events)  # live only
+            if last is not None and log.resumable:
+                offset = next((log.start + i for i, (eid, _n, _d) in enumerate(log.events) if eid > last), offset)
+        sticky_cut = 1 if self.fault == "truncated" else None  # the sticky fault cuts every stream
+        cancel = self.flavor == "deerflow" or req.query.get("cancel_on_disconnect", "").lower() in ("true", "1", "yes")
+        await self._serve(resp, log, offset, cut_after=sticky_cut, cancel_on_disconnect=cancel)
+
+    # -- writing a run's log out -------------------------------------------------------------------
+
+    def _frame(self, name: str, data: Any, event_id: str | None) -> str:
+        nl = "\n" if self.flavor == "deerflow" else "\r\n"
+        payload = _dumps(data, compact=self.flavor == "langgraph")
+        tail = f"id: {event_id}{nl}" if event_id else ""
+        return f"event: {name}{nl}data: {payload}{nl}{tail}{nl}"
+
+    async def _serve(self, resp: Response, log: RunLog, offset: int, *, cut_by_run: bool = False,
+                     cut_after: int | None = None, cancel_on_disconnect: bool) -> None:
+        """Write ``log`` from ``offset`` until the run ends (DeerFlow then says ``end``), with
+        heartbeats while nothing comes; ``cut_by_run`` (where the run marked ``cut_at``) /
+        ``cut_after`` (events written) drop the connection there, as a proxy cutting it would."""
+        nl = "\n" if self.flavor == "deerflow" else "\r\n"
+        ids = self.flavor == "deerflow" or log.resumable
+        written, waited = 0, 0.0
+        cursor: str | None = None  # the id of the last event written (the gap names it)
+        try:
+            while True:
+                if resp.client_disconnected:
+                    raise _Gone
+                if offset < log.start:  # fell behind what is kept: one gap, then the subscriber stops
+                    if self.flavor == "deerflow":  # (bytedance/deer-flow @f1f4af99 stream_bridge/memory.py subscribe)
+                        await resp.write(self._frame("gap", {
+                            "code": "stream_replay_gap", "run_id": log.run_id, "requested_event_id": cursor,
+                            "earliest_available_event_id": log.events[0][0],
+                            "latest_available_event_id": log.events[-1][0], "recovery": "reload_durable_state"},
+                            None))
+                        await resp.end()
+                        return
+                    offset = log.start
+                if offset - log.start < len(log.events):
+                    eid, name, data = log.events[offset - log.start]
+                    offset += 1
+                    cursor = eid
+                    await resp.write(self._frame(name, data, eid if ids else None))
+                    written, waited = written + 1, 0.0
+                    if (cut_by_run and log.cut_at is not None and offset >= log.cut_at) or \
+                            (cut_after is not None and written >= cut_after):
+                        if self.cut_cleanly:
+                            await resp.end()
+                            return
+                        await resp.abort()
+                        raise _Gone
+                    continue
+                if log.ended:
+                    break
+                await asyncio.sleep(0.01)
+                waited += 0.01
+                if waited >= self.heartbeat_interval and not log.quiet:
+                    await resp.write(f": heartbeat{nl}{nl}")
+                    waited = 0.0
+        except (_Gone, ConnectionError):
+            if cancel_on_disconnect and log.on_disconnect == "cancel" and not log.ended:
+                self.disconnect_cancelled.append(log.run_id)
+                self._cancel_flags[log.run_id].set()
+            if not resp.aborted:
+                await resp.abort()
+            return
+        if self.flavor == "deerflow":
+            await resp.write("event: end\ndata: null\n\n")
+        await resp.end()
+
     # -- runs ----------------------------------------------------------------------------------
 
     def _snapshot(self) -> SimpleNamespace:
@@ -290,6 +548,8 @@ class FakeDeerFlow(FakeHTTPServer):
             fault=fault, tokens=list(self.answer_tokens), reasoning=self.reasoning, blocks=self.thinking_blocks,
             delay=self.token_delay, usage=self.include_usage, whole=self.whole_message, tool=self.tool_call,
             subagent=self.subagent, interrupt=self.interrupt_value, clarify=self.clarification, fail=self.fail_with,
+            appended=self.appended, present=dict(self.present_files), extra_artifacts=list(self.extra_artifacts),
+            after=self.after_answer_delay,
         )
 
     async def _validate(self, body: Any, resp: Response) -> bool:
@@ -386,22 +646,62 @@ class FakeDeerFlow(FakeHTTPServer):
         flag = self._cancel_flags[run_id] = asyncio.Event()
         thread.busy = True
         self._active.add(run_id)
+        prefix = "/api" if self.flavor == "deerflow" else ""
+        headers = {"content-location": f"{prefix}/threads/{thread.id}/runs/{run_id}", "cache-control": "no-store",
+                   "x-accel-buffering": "no", "vary": "Origin"}
+        if s.fault in _RAW_FAULTS:  # what the wire carries is broken: no run behind it
+            try:
+                await resp.start_stream(200, "text/event-stream; charset=utf-8", headers)
+                await self._raw_fault(resp, s.fault, run_id, thread)
+            finally:
+                thread.busy = False
+                self._active.discard(run_id)
+            return
+        # DeerFlow's RunCreateRequest defaults on_disconnect to "cancel"; langgraph-api's stream_run to "continue"
+        on_disconnect = body.get("on_disconnect") or ("cancel" if self.flavor == "deerflow" else "continue")
+        resumable = self.flavor == "langgraph" and bool(body.get("stream_resumable"))
+        log = self.logs[run_id] = RunLog(run_id, tid, on_disconnect, resumable, status="running")
+        log.task = asyncio.create_task(self._execute(thread, body, log, s, flag))
+        await resp.start_stream(200, "text/event-stream; charset=utf-8", headers)
+        await self._serve(resp, log, 0, cut_by_run=s.fault == "truncated", cancel_on_disconnect=True)
+
+    async def _raw_fault(self, resp: Response, fault: str, run_id: str, thread: Thread) -> None:
+        nl = "\n" if self.flavor == "deerflow" else "\r\n"
+        if fault == "empty":
+            return
+        await resp.write(self._frame("metadata", {"run_id": run_id, "attempt": 1} if self.flavor == "langgraph"
+                                     else {"run_id": run_id, "thread_id": thread.id}, None))
+        if fault == "invalid_json":
+            await resp.write(f"event: values{nl}data: {{not json{nl}{nl}")
+        elif fault == "non_utf8":
+            await resp.write(f"event: messages{nl}data: [{{\"content\":\"".encode() + b"\xff\xfe" + f"\"}}]{nl}{nl}".encode())
+        elif fault == "oversized":
+            await resp.write(f"event: values{nl}data: {{\"pad\":\"".encode())
+            left = self.oversized_bytes
+            while left > 0:
+                await resp.write(b"x" * min(left, 64 * 1024))
+                left -= 64 * 1024
+            await resp.write(f"\"}}{nl}{nl}".encode())
+
+    async def _execute(self, thread: Thread, body: dict[str, Any], log: RunLog, s: SimpleNamespace,
+                       cancel: asyncio.Event) -> None:
+        """The run itself, in the background: it publishes into ``log`` whoever listens."""
         try:
-            await self._stream(resp, thread, body, run_id, s, flag)
+            await self._stream(thread, body, log, s, cancel)
+            if log.status == "running":
+                log.status = "success"
         except _Gone:
-            if flag.is_set() and not resp.aborted and not resp.client_disconnected:
-                # cancelled through the API: the stream ends normally (DeerFlow still says end)
-                if self.flavor == "deerflow":
-                    await resp.write("event: end\ndata: null\n\n")
-                await resp.end()
-                return
-            if not flag.is_set() and (body.get("on_disconnect") or "cancel") == "cancel":
-                self.disconnect_cancelled.append(run_id)
-            if not resp.aborted:
-                await resp.abort()
+            log.status = "interrupted"
+        except asyncio.CancelledError:
+            log.status = "interrupted"
+            raise
+        except Exception as e:  # a bug in the fake: keep it visible to tests
+            self.handler_errors.append(e)
+            log.status = "error"
         finally:
+            log.ended, log.ended_at = True, time.monotonic()
             thread.busy = False
-            self._active.discard(run_id)
+            self._active.discard(log.run_id)
 
     async def _http_fault(self, resp: Response, status: int, *, html: bool) -> None:
         if html:
@@ -418,34 +718,13 @@ class FakeDeerFlow(FakeHTTPServer):
 
     # -- the event stream ----------------------------------------------------------------------
 
-    async def _stream(self, resp: Response, thread: Thread, body: dict[str, Any], run_id: str, s: SimpleNamespace,
+    async def _stream(self, thread: Thread, body: dict[str, Any], log: RunLog, s: SimpleNamespace,
                       cancel: asyncio.Event) -> None:
         modes = body.get("stream_mode") or ["values"]
         modes = {modes} if isinstance(modes, str) else set(modes)
-        nl = "\n" if self.flavor == "deerflow" else "\r\n"
-        prefix = "/api" if self.flavor == "deerflow" else ""
-        await resp.start_stream(200, "text/event-stream; charset=utf-8", {
-            "content-location": f"{prefix}/threads/{thread.id}/runs/{run_id}", "cache-control": "no-store",
-            "x-accel-buffering": "no", "vary": "Origin"})
-        run = _RunWriter(self, resp, thread, run_id, modes, nl, cancel)
-        if s.fault == "empty":
-            return
-        await run.event("metadata", {"run_id": run_id, "attempt": 1} if self.flavor == "langgraph"
-                        else {"run_id": run_id, "thread_id": thread.id})
-        if s.fault == "invalid_json":
-            await resp.write(f"event: values{nl}data: {{not json{nl}{nl}")
-            return
-        if s.fault == "non_utf8":
-            await resp.write(f"event: messages{nl}data: [{{\"content\":\"".encode() + b"\xff\xfe" + f"\"}}]{nl}{nl}".encode())
-            return
-        if s.fault == "oversized":
-            await resp.write(f"event: values{nl}data: {{\"pad\":\"".encode())
-            left = self.oversized_bytes
-            while left > 0:
-                await resp.write(b"x" * min(left, 64 * 1024))
-                left -= 64 * 1024
-            await resp.write(f"\"}}{nl}{nl}".encode())
-            return
+        run = _RunWriter(self, log, thread, modes, cancel)
+        await run.event("metadata", {"run_id": log.run_id, "attempt": 1} if self.flavor == "langgraph"
+                        else {"run_id": log.run_id, "thread_id": thread.id})
         command = body.get("command") if isinstance(body.get("command"), dict) else None
         if command is not None and "resume" in command and thread.interrupt is not None:
             answer = command["resume"]
@@ -457,8 +736,6 @@ class FakeDeerFlow(FakeHTTPServer):
             # as langgraph dev: a resume with no interrupt waiting runs nothing; the thread's values
             # come back unchanged and the run ends
             await run.values()
-            if self.flavor == "deerflow":
-                await run.event("end", None)
             return
         else:
             # as langgraph dev: new input on an interrupted thread drops the interrupt and starts
@@ -495,55 +772,62 @@ class FakeDeerFlow(FakeHTTPServer):
                               "usage": {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8}})
             await run.tool_message("task", "Task Succeeded. Result: It is sunny.", step + 1, call_id=call)
             step += 2
+        if s.present or s.extra_artifacts:
+            await run.present(s, step)
+            step += 2
         await run.answer(s, step)
         if s.fail is not None:
             name, message = s.fail
+            log.status = "error"
             await run.event("error", {"error": name, "message": message} if self.flavor == "langgraph"
                             else {"message": message, "name": name})
             return
+        if s.appended is not None:
+            await run.append_to_answer(s.appended)
+        if s.after:
+            await run.pause(s.after)
         await run.finish(s)
 
 
 class _RunWriter:
-    """Writes one run's events in the flavour's framing, honouring the requested stream modes."""
+    """Publishes one run's events into its log, honouring the requested stream modes."""
 
-    def __init__(self, srv: FakeDeerFlow, resp: Response, thread: Thread, run_id: str, modes: set[str], nl: str,
-                 cancel: asyncio.Event) -> None:
-        self.srv, self.resp, self.thread, self.run_id, self.modes, self.nl = srv, resp, thread, run_id, modes, nl
+    def __init__(self, srv: FakeDeerFlow, log: RunLog, thread: Thread, modes: set[str], cancel: asyncio.Event) -> None:
+        self.srv, self.log, self.thread, self.modes = srv, log, thread, modes
         self.cancel = cancel
         self.ai_id = f"lc_run--{uuid.uuid4()}"
         self.partial: dict[str, dict[str, Any]] = {}
 
     def meta(self, step: int, node: str = "agent") -> dict[str, Any]:
         return {"created_by": "system", "graph_id": "lead_agent", "run_attempt": 1, "langgraph_version": "1.2.24",
-                "run_id": self.run_id, "thread_id": self.thread.id, "langgraph_step": step, "langgraph_node": node,
+                "run_id": self.log.run_id, "thread_id": self.thread.id, "langgraph_step": step, "langgraph_node": node,
                 "langgraph_triggers": ["branch:to:" + node], "langgraph_checkpoint_ns": f"{node}:{uuid.uuid4()}"}
 
     async def event(self, name: str, data: Any) -> None:
-        if self.cancel.is_set() or self.resp.client_disconnected:
+        if self.cancel.is_set():
             raise _Gone
-        payload = _dumps(data, compact=self.srv.flavor == "langgraph")
-        await self.resp.write(f"event: {name}{self.nl}data: {payload}{self.nl}{self.nl}")
+        # a copy: the thread's messages change after this event was published
+        self.log.publish(name, json.loads(json.dumps(data)), self.srv.retained_events)
+        await asyncio.sleep(0)
 
     async def pause(self, seconds: float, *, pings: bool = True) -> None:
-        """Wait, sending ``: heartbeat`` comments every heartbeat_interval like the real server."""
-        left = seconds
-        while left > 0:
-            wait = min(left, self.srv.heartbeat_interval) if pings else left
-            step = 0.05
-            waited = 0.0
-            while waited < wait:
-                if self.cancel.is_set() or self.resp.client_disconnected:
+        """Wait (cancellable); the streams send ``: heartbeat`` meanwhile unless ``pings`` is off."""
+        self.log.quiet = not pings
+        try:
+            deadline = time.monotonic() + seconds
+            while (left := deadline - time.monotonic()) > 0:
+                if self.cancel.is_set():
                     raise _Gone
-                await asyncio.sleep(min(step, wait - waited))
-                waited += step
-            left -= wait
-            if pings and left > 0:
-                await self.resp.write(f": heartbeat{self.nl}{self.nl}")
+                await asyncio.sleep(min(0.02, left))
+        finally:
+            self.log.quiet = False
 
     async def values(self, extra: dict[str, Any] | None = None) -> None:
         if "values" in self.modes:
-            await self.event("values", {"messages": self.thread.messages, **(extra or {})})
+            state: dict[str, Any] = {"messages": self.thread.messages}
+            if self.thread.artifacts:
+                state["artifacts"] = self.thread.artifacts
+            await self.event("values", {**state, **(extra or {})})
 
     async def updates(self, data: dict[str, Any]) -> None:
         if "updates" in self.modes:
@@ -580,6 +864,9 @@ class _RunWriter:
         mid, call_id = f"lc_run--{uuid.uuid4()}", f"call_{uuid.uuid4().hex[:12]}"
         text = _dumps(args)
         half = len(text) // 2
+        preamble = self.srv.tool_preamble if name != "present_files" else ""
+        for piece in _pieces(preamble):
+            await self.message(self.chunk(mid, piece), step)
         await self.message(self.chunk(mid, tool_call_chunks=[
             {"name": name, "args": "", "id": call_id, "index": 0, "type": "tool_call_chunk"}]), step)
         for piece in (text[:half], text[half:]):
@@ -588,7 +875,7 @@ class _RunWriter:
         usage = {"input_tokens": 7, "output_tokens": 4, "total_tokens": 11}
         await self.message(self.chunk(mid, response_metadata={"finish_reason": "tool_calls", "model_name": "fake"},
                                       usage_metadata=usage, chunk_position="last"), step)
-        whole = {"content": "", "additional_kwargs": {}, "response_metadata": {"finish_reason": "tool_calls"},
+        whole = {"content": preamble, "additional_kwargs": {}, "response_metadata": {"finish_reason": "tool_calls"},
                  "type": "ai", "name": None, "id": mid, "tool_calls": [{"name": name, "args": args, "id": call_id,
                  "type": "tool_call"}], "invalid_tool_calls": [], "usage_metadata": usage}
         self.thread.messages.append(whole)
@@ -596,7 +883,8 @@ class _RunWriter:
         await self.updates({"agent": {"messages": [whole]}})
         return call_id
 
-    async def tool_message(self, name: str, content: str, step: int, call_id: str | None = None) -> None:
+    async def tool_message(self, name: str, content: str, step: int, call_id: str | None = None,
+                           update: dict[str, Any] | None = None) -> None:
         if call_id is None:
             call_id = next((c["id"] for m in reversed(self.thread.messages) for c in m.get("tool_calls") or []
                             if c["name"] == name), "call_x")
@@ -605,7 +893,19 @@ class _RunWriter:
         self.thread.messages.append(msg)
         await self.message(msg, step, node="tools")
         await self.values()
-        await self.updates({"tools": {"messages": [msg]}})
+        await self.updates({"tools": {**(update or {}), "messages": [msg]}})
+
+    async def present(self, s: SimpleNamespace, step: int) -> None:
+        """DeerFlow's ``present_files`` tool: a ``Command(update={"artifacts": paths, "messages": …})``
+        (tools/builtins/present_file_tool.py), merged into values.artifacts by ``merge_artifacts``."""
+        paths = list(s.present)
+        await self.ai_tool_call("present_files", {"filepaths": paths}, step)
+        self.thread.files.update(s.present)
+        for path in [*paths, *s.extra_artifacts]:
+            if path not in self.thread.artifacts:
+                self.thread.artifacts.append(path)
+        await self.tool_message("present_files", "Successfully presented files", step + 1,
+                                update={"artifacts": paths + list(s.extra_artifacts)})
 
     async def answer(self, s: SimpleNamespace, step: int) -> None:
         mid, text = self.ai_id, "".join(s.tokens)
@@ -639,13 +939,27 @@ class _RunWriter:
             return
         self.thread.messages.append(whole)
 
+    async def append_to_answer(self, text: str) -> None:
+        """A middleware's ``after_model`` returns the answer again under its id with ``text``
+        appended (deer-flow LoopDetectionMiddleware._append_text / SafetyFinishReasonMiddleware):
+        the messages mode drops it (an id it already streamed), values and updates carry it."""
+        msg = self.thread.messages[-1]
+        content = msg.get("content")
+        if isinstance(content, list):
+            msg["content"] = [*content, {"type": "text", "text": f"\n\n{text}"}]
+        else:
+            msg["content"] = f"{content}\n\n{text}" if content else text
+        msg["tool_calls"] = []
+        await self.updates({"LoopDetectionMiddleware.after_model": {"messages": [msg]}})
+        await self.values()
+
     async def after_first(self, s: SimpleNamespace) -> bool:
-        """Faults that strike after the first piece of the answer; True when the stream is over."""
+        """Faults that strike after the first piece of the answer; True when the run is over."""
         if s.fault == "truncated":
-            await self.resp.abort()
-            raise _Gone
+            self.log.cut_at = self.log.start + len(self.log.events)  # the creating stream is cut here
         if s.fault == "error_event":
             data = {"error": "OpenAIAPIError", "message": "An internal error occurred"}
+            self.log.status = "error"
             await self.event("error", data if self.srv.flavor == "langgraph" else
                              {"message": data["message"], "name": data["error"]})
             return True
@@ -660,8 +974,6 @@ class _RunWriter:
         last = self.thread.messages[-1] if self.thread.messages else None
         if last is not None:
             await self.updates({"agent": {"messages": [last]}})
-        if self.srv.flavor == "deerflow":
-            await self.event("end", None)
 
 
 def _pieces(text: str) -> list[str]:
@@ -669,6 +981,12 @@ def _pieces(text: str) -> list[str]:
         return []
     words = text.split(" ")
     return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words)]
+
+
+def _seq(event_id: str) -> int | None:
+    """The per-run sequence number of a DeerFlow ``<ms>-<seq>`` event id."""
+    m = re.fullmatch(r"\d+-(\d+)", event_id)
+    return int(m.group(1)) if m else None
 
 
 def _is_uuid(text: str) -> bool:

@@ -72,7 +72,7 @@ async def test_request_shape(srv, host, runner):
     assert body["config"] == {"recursion_limit": 1000}, "no configurable: LangGraph refuses it next to context"
     assert body["context"] == {"thinking_enabled": False, "is_plan_mode": False,
                                "subagent_enabled": False, "max_concurrent_subagents": 3}
-    assert (body["multitask_strategy"], body["on_disconnect"]) == ("reject", "cancel")
+    assert (body["multitask_strategy"], body["on_disconnect"]) == ("reject", "continue"), "a cut stream is joined again"
 
 
 async def test_deerflow_settings_reach_the_context(srv, host, runner):

@@ -292,3 +292,132 @@ async def test_a_question_answered_elsewhere_sends_the_reply_as_a_new_message(se
     humans = [m["content"] for m in server.get(f"/threads/{thread_id}/state")["values"]["messages"]
               if m["type"] == "human"]
     assert humans == ["weather?", "The city is Berlin", "Paris"], humans
+
+
+async def test_text_a_later_node_appends_to_a_streamed_message_reaches_the_chat(server):
+    """The real server's messages mode never sends a message id twice (langgraph
+    ``StreamMessagesHandler._emit(dedupe=True)``): the ``appends`` graph's second node returns the
+    streamed answer again, same id, with "[FORCED STOP] …" added, as DeerFlow's
+    LoopDetectionMiddleware does (deer-flow @f1f4af99 loop_detection_middleware.py ``_append_text``).
+    Those words come only in ``values``; the chat shows them after the streamed answer."""
+    host = _host()
+    results = await run(make_runner("deerflow-agent", host), host, "are you looping?", config=server.config("appends"))
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    text = final_text(results)
+    assert text.endswith("Turn 1: you said are you looping?\n\n[FORCED STOP] Repeated tool calls exceeded the safety "
+                         "limit."), text
+    assert text.count("Turn 1: you said") == 1, "the streamed part is not repeated"
+
+
+class CuttingProxy:
+    """A TCP relay in front of the server that cuts the first ``POST …/runs/stream`` response once
+    ``marker`` passed through it (as a proxy or a network break would), and notes every join."""
+
+    def __init__(self, upstream: str, marker: bytes):
+        self.host, self.port = upstream.removeprefix("http://").split(":")
+        self.marker = marker
+        self.armed = True
+        self.cuts = 0
+        self.joins: list[bytes] = []  # the head of every GET …/runs/{run_id}/stream request
+        self.server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://{peers.LOOPBACK}:{self.server.sockets[0].getsockname()[1]}"
+
+    async def __aenter__(self) -> CuttingProxy:
+        self.server = await asyncio.start_server(self._conn, peers.LOOPBACK, 0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+    async def _conn(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, int(self.port))
+        request = [b""]  # the head of the request now on this (keep-alive) connection
+
+        async def upward() -> None:
+            while data := await reader.read(65536):
+                if data.split(b" ", 1)[0] in (b"GET", b"POST", b"DELETE", b"PUT", b"PATCH"):
+                    request[0] = data[:2048]
+                    if data.startswith(b"GET ") and b"/runs/" in data.split(b"\r\n", 1)[0] and \
+                            data.split(b"\r\n", 1)[0].split(b" ")[1].endswith(b"/stream"):
+                        self.joins.append(data[:2048])
+                up_writer.write(data)
+                await up_writer.drain()
+
+        async def downward() -> None:
+            seen = b""
+            while data := await up_reader.read(65536):
+                line = request[0].split(b"\r\n", 1)[0]
+                target = self.armed and line.startswith(b"POST ") and line.split(b" ")[1].endswith(b"/runs/stream")
+                writer.write(data)
+                await writer.drain()
+                if target:
+                    seen += data
+                    if self.marker in seen:
+                        self.armed = False
+                        self.cuts += 1
+                        writer.transport.abort()
+                        up_writer.close()
+                        return
+
+        try:
+            await asyncio.gather(upward(), downward())
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            for w in (writer, up_writer):
+                if not w.transport.is_closing():
+                    w.close()
+
+
+async def test_a_cut_stream_goes_on_and_is_joined_after_its_last_event(server):
+    """The run is started with ``on_disconnect: "continue"`` and ``stream_resumable: true``; a proxy
+    cuts its stream mid-answer. The server keeps running it (langgraph-api 0.16.7 api/runs.py
+    ``stream_run``: only "cancel" cancels on a disconnect), the plugin joins it with ``Last-Event-ID``
+    (``join_run_stream``; langgraph-runtime-inmem ``Runs.Stream.join`` replays a resumable run's
+    events after that id) and the answer completes once, in order."""
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    async with CuttingProxy(server.url, marker=b"w3") as proxy:
+        results = await run(runner, host, "count", config={**server.config("words"), "api-base": proxy.url})
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    assert proxy.cuts == 1 and len(proxy.joins) == 1, (proxy.cuts, proxy.joins)
+    assert b"last-event-id:" in proxy.joins[0].lower(), proxy.joins[0]
+    text = final_text(results)
+    assert text.endswith(" ".join(f"w{i}" for i in range(15))), text
+    shown = [d for d in deltas(results) if d]
+    assert all(b.startswith(a) for a, b in zip(shown, shown[1:], strict=False)), shown
+    thread_id = _thread(results)
+    assert [r["status"] for r in server.runs(thread_id)] == ["success"], "the cut did not cancel the run"
+
+
+async def test_extra_configurable_reaches_a_langgraph_graphs_configurable(server):
+    """langgraph-api copies the run's ``context`` into the graph's ``configurable`` (models/run.py
+    ``create_valid_run``), which is where the plugin puts **Extra agent settings** on LangGraph."""
+    host = _host()
+    conf = {**server.config("configured"), "advanced-settings": True, "extra-configurable": '{"greeting": "hi there"}'}
+    results = await run(make_runner("deerflow-agent", host), host, "hello", config=conf)
+    assert final_text(results) == "greeting=hi there", final_text(results)
+
+
+async def test_a_reset_deletes_the_thread_it_left_behind(server):
+    """After a LangBot reset the kit hands the old thread id to ``end_conversation``, which deletes it
+    on the server (``DELETE /threads/{id}``, langgraph-api api/threads.py ``delete_thread``)."""
+    host = _host()
+    runner = make_runner("deerflow-agent", host)
+    ident = Identity(conversation_id="lg-reset", actor_id="carol")
+    first = await run(runner, host, "remember mango", config=server.config("chat"), identity=ident)
+    old = _thread(first)
+    assert server.get(f"/threads/{old}")["thread_id"] == old
+    host.reset_conversation(ident)
+    second = await run(runner, host, "what did I say?", config=server.config("chat"), identity=ident)
+    assert rtype(terminal(second)) == "run.completed", terminal(second).data
+    assert final_text(second).endswith("Turn 1: you said what did I say?"), "a new thread: turn 1 again"
+    assert _thread(second) != old
+    gone = await asyncio.to_thread(httpx.get, f"{server.url}/threads/{old}", timeout=30)
+    assert gone.status_code == 404, gone.text

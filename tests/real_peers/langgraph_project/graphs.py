@@ -11,6 +11,10 @@ same shapes a real OpenAI-compatible model produces through LangChain.
 - ``ask``: ``interrupt({"question": ...})``, then answers with the resumed value.
 - ``boom``: the node raises ValueError.
 - ``slow``: streams one word every 0.4 s for 40 words (a host cancel lands mid-answer).
+- ``words``: streams 15 numbered words, one every 0.1 s (a stream cut mid-answer, then joined).
+- ``appends``: answers like ``chat``, then a second node returns that message again, same id, with
+  ``[FORCED STOP] …`` appended, as DeerFlow's LoopDetectionMiddleware does after the model.
+- ``configured``: answers with the ``greeting`` it finds in its config's ``configurable``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult
+from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import tool
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode
@@ -126,6 +131,46 @@ def _single(model: ScriptedModel) -> Any:
 
 chat = _single(ScriptedModel(delay=0.1))
 slow = _single(ScriptedModel(words=40, delay=0.4))
+words = _single(ScriptedModel(words=15, delay=0.1))
+
+FORCED_STOP = "[FORCED STOP] Repeated tool calls exceeded the safety limit."
+
+
+def _appends() -> Any:
+    model = ScriptedModel(delay=0.05)
+
+    async def answer(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    async def guard(state: MessagesState) -> dict[str, Any]:
+        last = state["messages"][-1]
+        return {"messages": [last.model_copy(update={"content": f"{last.content}\n\n{FORCED_STOP}"})]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("answer", answer)
+    graph.add_node("guard", guard)
+    graph.add_edge(START, "answer")
+    graph.add_edge("answer", "guard")
+    graph.add_edge("guard", END)
+    return graph.compile()
+
+
+appends = _appends()
+
+
+def _configured() -> Any:
+    async def greet(state: MessagesState, config: RunnableConfig) -> dict[str, Any]:
+        greeting = (config.get("configurable") or {}).get("greeting")
+        return {"messages": [AIMessage(content=f"greeting={greeting}")]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("greet", greet)
+    graph.add_edge(START, "greet")
+    graph.add_edge("greet", END)
+    return graph.compile()
+
+
+configured = _configured()
 
 
 def _tools() -> Any:
