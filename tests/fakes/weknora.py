@@ -40,6 +40,22 @@ Tencent/WeKnora @412dcc41 ``internal/handler/session`` and ``internal/stream``).
   (a WeKnora restart with the in-memory stream manager: continue-stream then finds none).
 - ``parse_delay``: seconds WeKnora spends parsing ``attachment_uploads`` before it answers at all
   (qa.go parseQARequest processes them before the SSE head is written).
+- Skill artifacts (agent-chat only): ``artifacts`` lists the files the agent's skills leave in the
+  sandbox's output directory (``{"file_name", "data"}``). As in WeKnora, they are drained into storage
+  when the agent completes and announced on the ``complete`` event as ``data.artifacts`` (index,
+  file_name, file_type, file_size, source_path, mod_time, created_at; no storage URL —
+  agent_stream_handler.go handleComplete, publicArtifactViews), but the assistant message holding them
+  is only stored after the agent returns (qa.go: completeAssistantMessage in the deferred block), so a
+  download is 404 "artifact index out of range" until ``artifact_store_delay`` has passed after
+  ``complete``. ``GET /sessions/{sid}/messages/{mid}/artifacts/{index}/download``
+  (artifact_download.go DownloadMessageArtifact) checks the key, the index, the caller's own session
+  (404 "session not found"), the message (404 "message not found"), then answers the bytes with
+  ``Content-Type`` by extension (Go's built-in table; ``application/octet-stream`` otherwise),
+  ``Content-Disposition: attachment; filename="…"; filename*=UTF-8''…`` and ``Content-Length``;
+  ``GET /sessions/{sid}/messages/{mid}/artifacts`` lists them. Faults: ``missing_blobs`` (names whose
+  stored blob is gone: 404 "artifact blob missing"), ``cut_blobs`` (names whose body breaks off
+  midway), ``artifact_chunked`` (no Content-Length: a stored size of 0), ``artifact_redirect`` (a
+  proxy in front of WeKnora answering downloads with a 302 to that URL; WeKnora itself never does).
 
 One simplification: a connection whose generation ended without ``complete`` (an error, a stall
 that ran out, a stop) ends its body, where WeKnora's would keep polling until the client leaves.
@@ -49,12 +65,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import posixpath
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
+from urllib.parse import quote
 
 from .http_server import PlatformFake, Request, Response, fault_names
 
@@ -112,6 +130,8 @@ class _Run:
     stop: asyncio.Event = field(default_factory=asyncio.Event)  # the stop watcher fired
     waiters: set[asyncio.Event] = field(default_factory=set)  # connections following the list
     answer: str = ""  # what the generation produced so far (stored when it ends)
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # MessageArtifact, with the bytes
+    artifacts_stored_at: float | None = None  # monotonic time the message with its artifacts is stored
     completed: bool = False  # the message is stored as complete (finished, failed or stopped)
     generating: bool = True
     lost: bool = False  # the events were lost (a restart): continue-stream finds none
@@ -161,6 +181,13 @@ class FakeWeKnora(PlatformFake):
         self.direct_principal = False
         self.split_writes = False
         self.parse_delay = 0.0  # seconds spent on attachment_uploads before the response head
+        # -- skill artifacts (agent-chat) --
+        self.artifacts: list[dict[str, Any]] = []  # {"file_name", "data"[, "file_size"]} a skill writes
+        self.artifact_store_delay = 0.0  # seconds after complete before the message (and its files) is stored
+        self.missing_blobs: set[str] = set()  # file names whose stored blob is gone
+        self.cut_blobs: set[str] = set()  # file names whose download breaks off midway
+        self.artifact_chunked = False  # no Content-Length on downloads (a stored file_size of 0)
+        self.artifact_redirect: str | None = None  # a proxy's 302 to this URL instead of the download
         # -- breaking connections --
         self.drops = 0
         self.drop_after = 1
@@ -183,6 +210,9 @@ class FakeWeKnora(PlatformFake):
         self.add_route("POST", f"{API}/sessions/{{sid}}/stop", self._stop)
         self.add_route("POST", f"{API}/knowledge-chat/{{sid}}", self._knowledge_chat)
         self.add_route("POST", f"{API}/agent-chat/{{sid}}", self._agent_chat)
+        self.add_route("GET", f"{API}/sessions/{{sid}}/messages/{{mid}}/artifacts", self._list_artifacts)
+        self.add_route("GET", f"{API}/sessions/{{sid}}/messages/{{mid}}/artifacts/{{index}}/download",
+                       self._download_artifact)
 
     @property
     def base_url(self) -> str:  # type: ignore[override]
@@ -197,6 +227,9 @@ class FakeWeKnora(PlatformFake):
 
     def resume_requests(self) -> list[Request]:
         return [r for r in self.requests if r.method == "GET" and "/continue-stream/" in r.path]
+
+    def artifact_requests(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "GET" and r.path.endswith("/download")]
 
     def stored_answers(self, sid: str) -> list[str]:
         """The assistant messages WeKnora stored in session ``sid`` (what its web UI shows)."""
@@ -316,6 +349,81 @@ class FakeWeKnora(PlatformFake):
         run.stop.set()
         await resp.json(200, {"success": True, "message": "Generation stopped"})
 
+    # -- skill artifacts ------------------------------------------------------------------------
+
+    def _message(self, req: Request, key: str) -> tuple[_Run | None, str | None]:
+        """The assistant message of the path, or the error WeKnora answers (handler order: the
+        caller's own session via GetSession, then GetMessage scoped to that session)."""
+        sid, mid = req.path_params["sid"], req.path_params["mid"]
+        if self._session(req, sid, key) is None:
+            return None, "session not found"
+        run = self.runs.get(mid)
+        if run is None or run.session.id != sid:
+            return None, "message not found"
+        return run, None
+
+    @staticmethod
+    def _stored(run: _Run) -> list[dict[str, Any]]:
+        """The artifacts of the stored message (none until completeAssistantMessage wrote it)."""
+        if run.artifacts_stored_at is None or time.monotonic() < run.artifacts_stored_at:
+            return []
+        return run.artifacts
+
+    async def _list_artifacts(self, req: Request, resp: Response) -> None:
+        """artifact_download.go ListMessageArtifacts: metadata only, never the storage URL."""
+        key = self._key(req)
+        if key is None:
+            await self._unauthorized(req, resp)
+            return
+        run, missing = self._message(req, key)
+        if run is None:
+            await self._app_error(resp, 404, 1003, missing or "")
+            return
+        await resp.json(200, {"success": True, "data": _artifact_views(self._stored(run))})
+
+    async def _download_artifact(self, req: Request, resp: Response) -> None:
+        """artifact_download.go DownloadMessageArtifact."""
+        key = self._key(req)
+        if key is None:
+            await self._unauthorized(req, resp)
+            return
+        if self.artifact_redirect:
+            await resp.send(302, b"", None, {"Location": self.artifact_redirect})
+            return
+        raw = req.path_params["index"]
+        if not raw.lstrip("+-").isdigit() or int(raw) < 0:  # strconv.Atoi, then index < 0
+            await self._app_error(resp, 400, 1000, "invalid artifact index")
+            return
+        run, missing = self._message(req, key)
+        if run is None:
+            await self._app_error(resp, 404, 1003, missing or "")
+            return
+        stored = self._stored(run)
+        index = int(raw)
+        if index >= len(stored):
+            await self._app_error(resp, 404, 1003, "artifact index out of range")
+            return
+        art = stored[index]
+        name = art["file_name"]
+        if name in self.missing_blobs:
+            await self._app_error(resp, 404, 1003, "artifact blob missing")
+            return
+        headers = {"Content-Type": _go_mime(name), "X-Content-Type-Options": "nosniff",
+                   "Content-Disposition": _attachment_header(name)}
+        data: bytes = art["data"]
+        if name in self.cut_blobs:
+            await resp.send_head(200, {**headers, "Content-Length": str(len(data))})
+            await resp.write_raw(data[: len(data) // 2])
+            await resp.abort()
+            return
+        if self.artifact_chunked or not art["file_size"]:
+            await resp.start_stream(200, headers["Content-Type"], headers)
+            for start in range(0, len(data), 64 * 1024):
+                await resp.write(data[start:start + 64 * 1024])
+            await resp.end()
+            return
+        await resp.send(200, data, None, headers)
+
     # -- chat ------------------------------------------------------------------------------------
 
     async def _knowledge_chat(self, req: Request, resp: Response) -> None:
@@ -333,6 +441,7 @@ class FakeWeKnora(PlatformFake):
             title_delay=self.title_delay, split_writes=self.split_writes, fault=self.fault,
             stall_seconds=self.stall_seconds, stall_ping_every=self.stall_ping_every,
             oversized_bytes=self.oversized_bytes, request_id=str(uuid.uuid4()),
+            artifacts=[dict(a) for a in self.artifacts], artifact_store_delay=self.artifact_store_delay,
         )
 
     async def error_body(self, resp: Response, status: int, headers: Mapping[str, str] | None) -> None:
@@ -585,8 +694,14 @@ class FakeWeKnora(PlatformFake):
         usage = ({"usage": {"prompt_tokens": 120, "completion_tokens": max(1, len(run.answer) // 2),
                             "total_tokens": 120 + max(1, len(run.answer) // 2)}} if s.include_usage else {})
         self._emit(s, run, "answer", "", True, data={"event_id": answer_id, "duration_ms": 12}, **usage)
-        self._emit(s, run, "complete", "", True, data={"total_steps": 2 if agent_mode else 1,
-                                                       "total_duration_ms": 40}, **usage)
+        complete: dict[str, Any] = {"total_steps": 2 if agent_mode else 1, "total_duration_ms": 40}
+        if agent_mode and s.artifacts:
+            # ArtifactCollector drains the sandbox output dir before complete is appended; the message
+            # holding them is stored only once the agent returned (qa.go deferred completeAssistantMessage)
+            run.artifacts = [_collected(a) for a in s.artifacts]
+            run.artifacts_stored_at = time.monotonic() + s.artifact_store_delay
+            complete["artifacts"] = _artifact_views(run.artifacts)
+        self._emit(s, run, "complete", "", True, data=complete, **usage)
         if not run.session.title:
             # the title is generated apart and appended whenever it is ready (GenerateTitleAsync)
             if not await self._wait(run, s.title_delay):
@@ -644,6 +759,45 @@ class FakeWeKnora(PlatformFake):
                 self._emit(s, run, "thinking", "", data={"event_id": "thinking-wait"})
             return True
         return False
+
+
+# Go's built-in extension table (mime.TypeByExtension); a container without /etc/mime.types knows no more
+_GO_MIME = {".avif": "image/avif", ".css": "text/css; charset=utf-8", ".gif": "image/gif",
+            ".htm": "text/html; charset=utf-8", ".html": "text/html; charset=utf-8", ".jpeg": "image/jpeg",
+            ".jpg": "image/jpeg", ".js": "text/javascript; charset=utf-8", ".json": "application/json",
+            ".mjs": "text/javascript; charset=utf-8", ".pdf": "application/pdf", ".png": "image/png",
+            ".svg": "image/svg+xml", ".wasm": "application/wasm", ".webp": "image/webp",
+            ".xml": "text/xml; charset=utf-8"}
+
+
+def _go_mime(name: str) -> str:
+    """artifact_download.go mimeTypeFor."""
+    ext = posixpath.splitext(name)[1].lower()
+    return _GO_MIME.get(ext, "application/octet-stream")
+
+
+def _attachment_header(name: str) -> str:
+    """artifact_download.go buildAttachmentHeader: an ASCII fallback and the RFC 5987 form."""
+    ascii_name = "".join("_" if c in '"\\' else c for c in name if 0x20 <= ord(c) <= 0x7E) or "download"
+    encoded = quote(name.encode(), safe="-._~")
+    return f'attachment; filename="{ascii_name}"; filename*=UTF-8\'\'{encoded}'
+
+
+def _collected(spec: dict[str, Any]) -> dict[str, Any]:
+    """One MessageArtifact as ArtifactCollector records it (the bytes ride along for the download)."""
+    name = str(spec["file_name"])
+    data = bytes(spec.get("data", b""))
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S+08:00")
+    return {"url": f"local://artifacts/{uuid.uuid4().hex}", "file_name": name,
+            "file_type": posixpath.splitext(name)[1], "file_size": spec.get("file_size", len(data)),
+            "source_path": posixpath.join("/workspace/output", name), "mod_time": stamp, "created_at": stamp,
+            "data": data}
+
+
+def _artifact_views(arts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """agent_stream_handler.go publicArtifactViews: the storage URL and the bytes stay on the server."""
+    keys = ("file_name", "file_type", "file_size", "source_path", "mod_time", "created_at")
+    return [{"index": i, **{k: a[k] for k in keys}} for i, a in enumerate(arts)]
 
 
 def _go_json(obj: Any) -> str:

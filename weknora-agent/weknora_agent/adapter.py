@@ -26,6 +26,11 @@ keeps breaking off without bringing anything new, ends the run with a retryable 
 ``POST /sessions/{sid}/stop``, so WeKnora does not finish (and store) an answer nobody saw; any
 other failure while WeKnora still generates stops it too. A LangBot reset deletes the WeKnora
 session it left behind (``DELETE /sessions/{id}``).
+
+Files the agent's skills produce are announced on ``complete`` (``data.artifacts``); after the
+answer each is downloaded (``GET /sessions/{sid}/messages/{mid}/artifacts/{index}/download``, with
+the run's own user header) and attached to it, within ``max-file-size-mb`` and what one LangBot
+message can carry; what is left out is named in one line after the answer.
 """
 
 from __future__ import annotations
@@ -44,12 +49,23 @@ from runner_kit.errors import RunnerError
 from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
+from runner_kit.results import HOST_RESULT_LIMIT, escaped_len
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.usage import usage_from
 from runner_kit.wire import cut_off, maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
+from .artifacts import (
+    Artifact,
+    announced,
+    left_out_note,
+    likely_image,
+    mime_of,
+    too_many,
+    url_segment,
+    why_left_out,
+)
 from .errors import BASE_URL_HINT, error_fields, map_error, parse_error, session_missing
 from .render import paused_message, references_text, score
 
@@ -100,6 +116,8 @@ class WeKnoraAdapter(Adapter):
         self.params: dict[str, str] = {}
         self._done = False
         self._unknown: set[str] = set()
+        self._stored = False  # WeKnora has stored the answer whose files are downloaded
+        self._waits: list[float] = []  # the pauses left for WeKnora to store it (all files share them)
 
     # --- request building ----------------------------------------------------------------------
 
@@ -219,6 +237,8 @@ class WeKnoraAdapter(Adapter):
             raise RunnerError("upstream.unavailable", f"{self.platform} closed the stream before the answer finished")
         for item in self._closing(st):
             yield item
+        async for item in self._attachments(st):
+            yield item
 
     def _alive(self) -> asyncio.Task[None] | None:
         """A task noting the run as alive for idle-timeout until cancelled (None when it is off)."""
@@ -322,6 +342,7 @@ class WeKnoraAdapter(Adapter):
             # reasoning that interleaves with the answer being streamed would split its sentences
             # with a <think> block; it is shown at the start and between tool rounds only
             if content and not (st.answer_text and not st.after_tool):
+                st.think_len += escaped_len(content)
                 out.append(ev.Think(content))
         elif kind == "tool_call":
             # WeKnora announces each call twice: first without arguments while the model still writes
@@ -363,6 +384,7 @@ class WeKnoraAdapter(Adapter):
                     st.add_reference(ref)
         elif kind == "complete":
             st.finished = True
+            st.artifacts = announced(meta.get("artifacts"))
         elif kind == "error":
             stage = str(meta.get("stage") or "").strip()
             raise map_error(None, None, (content or str(meta.get("error") or "")) + (f" (stage {stage})" if stage else ""))
@@ -383,10 +405,83 @@ class WeKnoraAdapter(Adapter):
         cfg = self.env.config
         if st.references and st.answer_text.strip() and cfg.get("show-references", True) is not False:
             heading = str(cfg.get("references-heading") or "").strip()
-            out.append(ev.Text(references_text(st.references, heading, st.answer_text)))
+            refs = references_text(st.references, heading, st.answer_text)
+            st.closing_len += escaped_len(refs)
+            out.append(ev.Text(refs))
         if st.usage is not None:
             out.append(st.usage)
         return out
+
+    # --- files the agent's skills produced -----------------------------------------------------------
+
+    async def _attachments(self, st: _State) -> AsyncIterator[ev.Event]:
+        """The answer's artifacts, attached to it: at most MAX_ARTIFACTS files, each within
+        ``max-file-size-mb`` and all within what one LangBot message can carry (the answer's text
+        travels in the same result; base64 is 4/3 of the bytes). Images come first: LangBot 4.11.2
+        shows an inline image, while it cannot take an inline file from a plugin (the kit names such
+        a file instead). A file that is too large or cannot be downloaded is named in one line after
+        the answer; the answer stands either way."""
+        if not st.artifacts:
+            return
+        sid, mid = url_segment(self.session_id), url_segment(self.message_id)
+        if sid is None or mid is None:
+            log.info("%s: %d artifacts announced without a message id to fetch them by", self.platform,
+                     len(st.artifacts))
+            return
+        text = escaped_len(st.answer_text) + st.think_len + st.closing_len
+        room = max(0, min(const.ATTACHMENT_BUDGET, (HOST_RESULT_LIMIT - const.RESULT_MARGIN - text) * 3 // 4))
+        max_bytes = self.env.max_bytes
+        self._waits = list(const.ARTIFACT_WAITS)
+        left_out: list[str] = []
+        ordered = sorted(st.artifacts, key=lambda a: not likely_image(a.name))
+        for n, art in enumerate(ordered):
+            if n >= const.MAX_ARTIFACTS:
+                left_out.append(too_many(art.name))
+                continue
+            url = self.base + const.ARTIFACT_PATH.format(sid=sid, mid=mid, index=art.index)
+            try:
+                data, ctype = await self._artifact(url, art, min(max_bytes, room))
+            except RunnerError as err:
+                log.info("%s: artifact %d not attached: %s", self.platform, art.index, err.message)
+                left_out.append(why_left_out(art.name, err, max_bytes, room))
+                continue
+            room -= len(data)
+            mime = mime_of(ctype, art.name)
+            yield ev.Attachment(url=f"data:{mime};base64,{await _b64(data)}",
+                                kind="image" if mime in const.IMAGE_TYPES else "file", name=art.name, mime_type=mime)
+        if left_out:
+            yield ev.Text(left_out_note(left_out))
+
+    async def _artifact(self, url: str, art: Artifact, limit: int) -> tuple[bytes, str]:
+        """One artifact's bytes and content type, at most ``limit`` bytes (a larger one is not read
+        whole). Until WeKnora has stored the answer, its files are 404 "artifact index out of range":
+        that is tried again after a few pauses, which all the answer's files share (bounded by the run's
+        time too)."""
+        if art.size is not None and art.size > limit:
+            raise RunnerError("input.too_large", f"artifact {art.index} is {art.size} bytes")
+        headers = {k: v for k, v in self.headers.items() if k != "Accept"}  # the run's key and user
+        waits = self._waits
+        while True:
+            try:
+                async with open_stream(self.env.client, "GET", url, budget=self.env.budget(), platform=self.platform,
+                                       error_parser=parse_error, headers=headers) as resp:
+                    self._stored = True
+                    declared = resp.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > limit:
+                        raise RunnerError("input.too_large", f"artifact {art.index} is {int(declared)} bytes")
+                    buf = bytearray()
+                    async for chunk in resp.aiter_bytes():
+                        self.env.touch()
+                        buf += chunk
+                        if len(buf) > limit:
+                            raise RunnerError("input.too_large", f"artifact {art.index} is over {limit} bytes")
+                    return bytes(buf), resp.headers.get("content-type", "")
+            except RunnerError as err:
+                later = err.status == 404 and const.NOT_STORED_YET in err.message and not self._stored
+                if not later or not waits or self.env.budget() <= waits[0]:
+                    raise
+            self.env.touch()
+            await asyncio.sleep(waits.pop(0))
 
     async def _stop(self) -> None:
         """Ask WeKnora to stop generating this answer (best effort)."""
@@ -426,8 +521,8 @@ class WeKnoraAdapter(Adapter):
 
 
 class _State:
-    __slots__ = ("after_tool", "answer_done", "answer_text", "cut", "finished", "references", "seen", "started",
-                 "taken", "tools", "usage")
+    __slots__ = ("after_tool", "answer_done", "answer_text", "artifacts", "closing_len", "cut", "finished",
+                 "references", "seen", "started", "taken", "think_len", "tools", "usage")
 
     def __init__(self) -> None:
         self.after_tool = False  # a tool step came since the last answer text
@@ -441,6 +536,9 @@ class _State:
         self.tools: dict[str, str] = {}  # call id -> tool name, announced
         self.started: set[str] = set()  # call ids whose start was reported
         self.usage: ev.Usage | None = None
+        self.artifacts: list[Artifact] = []  # the files the answer's complete event announced
+        self.think_len = 0  # reasoning shown (as LangBot measures text), for the room left for files
+        self.closing_len = 0  # text added after the answer (the cited documents)
 
     def add_reference(self, ref: dict[str, Any]) -> None:
         key = str(ref.get("knowledge_id") or ref.get("knowledge_filename") or ref.get("knowledge_title")

@@ -11,6 +11,22 @@ SESSION_PATH = "/sessions/{sid}"  # DELETE: what a LangBot reset left behind
 CHAT_PATHS = {"chat": "/knowledge-chat/{sid}", "agent": "/agent-chat/{sid}"}
 STOP_PATH = "/sessions/{sid}/stop"
 CONTINUE_PATH = "/sessions/continue-stream/{sid}"  # ?message_id=: replays the answer's events from the first
+# a file the agent's skills produced, by its position in the answer's ``complete`` data.artifacts
+ARTIFACT_PATH = "/sessions/{sid}/messages/{mid}/artifacts/{index}/download"
+
+# files attached to one answer at most; the others are named in a note
+MAX_ARTIFACTS = 10
+MAX_NAMED = 20  # files named one by one in that note (the rest are counted)
+# LangBot 4.11.2 truncates a result over 1 MiB: the files inlined into the answer stay within this
+ATTACHMENT_BUDGET = 600 * 1024
+RESULT_MARGIN = 64 * 1024  # the message's envelope, a note, the file names
+# WeKnora announces the files on ``complete`` before it stores the answer holding them (qa.go stores
+# the message after the agent returns): a download answered 404 "artifact index out of range" is
+# tried again after these pauses (seconds)
+ARTIFACT_WAITS = (0.25, 0.5, 1.0, 2.0)
+NOT_STORED_YET = "artifact index out of range"
+# attached as images (anything else, SVG too, is a file)
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp"})
 
 # a broken-off answer is resumed at most MAX_RESUMES times in a row without anything new coming
 # (waiting RESUME_BACKOFF, then twice as long, before each retry), MAX_RESUMES_TOTAL times in all
