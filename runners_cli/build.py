@@ -543,6 +543,7 @@ def readme_problems(directory: Path, items: Any) -> list[str]:
         for line in broken_cjk_lines(text):
             problems.append(f"{rel}:{line}: a line break inside a Chinese sentence shows as a stray space on "
                             "the plugin page: join the line with the next one")
+        problems += [f"{rel}: {p}" for p in behaviour_table_problems(text, README_LOCALES[rel])]
     english, chinese = (texts.get(rel) for rel in README_FILES)
     if english is not None and chinese is not None:
         zh = README_FILES[1]
@@ -551,6 +552,46 @@ def readme_problems(directory: Path, items: Any) -> list[str]:
         if _headings(chinese) != _headings(english):
             problems.append(f"{zh} has headings {_headings(chinese)} but README.md has {_headings(english)} "
                             "(translate the whole page, section by section)")
+    return problems
+
+
+# What every plugin page says about the moments an owner asks about first (issue 33): what a stop,
+# a reset and a silent platform do, and which files go in and out. One table, these rows, in both
+# languages, each cell a real answer.
+BEHAVIOUR_HEADINGS = {"en_US": "## What it does when…", "zh_Hans": "## 遇到这些情况时"}
+BEHAVIOUR_ROWS = {
+    "en_US": ("**Stop**", "**Reset**", "**Silence**", "**Files in**", "**Files out**"),
+    "zh_Hans": ("**停止**", "**重置**", "**静默**", "**传入文件**", "**传出文件**"),
+}
+
+# how ``runners new`` starts each cell: refused until the plugin's author says what really happens
+BEHAVIOUR_NOT_WRITTEN = {"en_US": "(to write:", "zh_Hans": "（待填写："}
+
+
+def behaviour_table_problems(text: str, locale: str) -> list[str]:
+    """What is missing from the page's "What it does when…" table (:data:`BEHAVIOUR_ROWS`)."""
+    heading = BEHAVIOUR_HEADINGS[locale]
+    lines = text.splitlines()
+    if heading not in lines:
+        return [f"no {heading!r} section (stop, reset, silence, files in, files out)"]
+    start = lines.index(heading) + 1
+    section = []
+    for line in lines[start:]:
+        if line.startswith("## "):
+            break
+        section.append(line)
+    cells = {}
+    for line in section:
+        parts = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(parts) >= 2:
+            cells[parts[0]] = parts[1]
+    problems = []
+    for row in BEHAVIOUR_ROWS[locale]:
+        said = next((v for k, v in cells.items() if k.startswith(row)), None)
+        if said is None:
+            problems.append(f"the {heading!r} table has no {row} row")
+        elif len(said.strip(" .…")) < 12 or said.startswith(BEHAVIOUR_NOT_WRITTEN[locale]):
+            problems.append(f"the {heading!r} table's {row} row is not written yet: {said!r}")
     return problems
 
 

@@ -310,6 +310,16 @@ real chats keep theirs.
   the stored one is gone. The notice is empty by default, which shows a built-in line in the
   person's language.
 
+## What it does when…
+
+| when | what the plugin does |
+|---|---|
+| **Stop** (LangBot cancels the run or its time runs out) | (to write: which {platform} API stops the run, or that it has none) |
+| **Reset** (someone resets the conversation in LangBot) | (to write: how `end_conversation` ends the old {platform} conversation, or that it cannot) |
+| **Silence** (the platform sends nothing for a while) | (to write: what {platform} sends while it works, and the default **Idle timeout (seconds)**) |
+| **Files in** (images and files sent in the chat) | (to write: how images and files reach {platform}, or the note when they cannot) |
+| **Files out** (files the platform produces) | (to write: which {platform} files reach the chat as attachments) |
+
 ## Limits
 """
 
@@ -354,6 +364,16 @@ LangBot 的 **保存** 按钮在必填项留空时也会保存：之后聊天中
 - **在聊天中说明失败原因**（`explain-failures`）：在聊天中说明失败原因，而不是 LangBot 的通用提示；中途中断的回答保留已输出的文字并附说明。
 - **机器人提示语的语言**（`chat-language`）：插件自己写入聊天的内容（失败说明、新会话提示、关于追问的说明）所用的语言。默认每条提示都跟随提问者所用的语言（英文或中文）；也可以固定为英文或中文。{platform} 的回答不受影响。
 - **提示已开始新会话**（`session-reset-notice`）与 **新会话提示语**（`session-reset-text`）：保存的上游会话已不存在、开始新会话时用一行提示。提示语默认为空，即显示内置的提示语（跟随提问者的语言）。
+
+## 遇到这些情况时
+
+| 情况 | 插件的做法 |
+|---|---|
+| **停止**（LangBot 取消运行或运行超时） | （待填写：用 {platform} 的哪个 API 停止运行，或说明没有） |
+| **重置**（有人在 LangBot 中重置会话） | （待填写：`end_conversation` 如何结束旧的 {platform} 会话，或说明不能） |
+| **静默**（平台一段时间没有任何输出） | （待填写：{platform} 处理期间会发送什么，以及 **空闲超时（秒）** 的默认值） |
+| **传入文件**（聊天中发送的图片和文件） | （待填写：图片和文件如何交给 {platform}，或无法交给时的提示） |
+| **传出文件**（平台生成的文件） | （待填写：哪些 {platform} 文件作为附件发到聊天） |
 
 ## 限制
 """

@@ -329,10 +329,33 @@ def test_readme_checks_catch_the_problems(tmp_path: Path) -> None:
     assert [p for p in problems if "README_zh_Hans.md does not name" in p] == [
         "readme/README_zh_Hans.md does not name these settings by the label the form shows beside them (zh_Hans), "
         "in bold: **空闲超时（秒）** (`idle-timeout`), **超时时间（秒）** (`timeout`), **高级设置** (`advanced-settings`)"]
+    en_table = ("## What it does when…\n\n| when | what the plugin does |\n|---|---|\n"
+                "| **Stop** (a cancel) | The platform's stop API is called. |\n"
+                "| **Reset** (a reset) | The old conversation is deleted upstream. |\n"
+                "| **Silence** (nothing comes) | The idle timeout of 60 s ends the run. |\n"
+                "| **Files in** (chat files) | Images are uploaded; other files are named. |\n"
+                "| **Files out** (platform files) | (to write: which files reach the chat) |\n")
+    zh_table = ("## 遇到这些情况时\n\n| 情况 | 插件的做法 |\n|---|---|\n"
+                "| **停止**（取消） | 调用平台的停止接口，已显示的文字保留。 |\n"
+                "| **重置**（重置） | 删除平台上的旧会话，下一条消息开始新会话。 |\n"
+                "| **传入文件**（文件） | 上传图片，其他文件在回答前注明没有发送。 |\n"
+                "| **传出文件**（文件） | 平台生成的图片作为附件发到聊天中。 |\n")
     (tmp_path / "README.md").write_text("# X\n\n## Configuration\n\n- **Idle timeout (seconds)** (`idle-timeout`)\n"
-                                        "- **Timeout  (seconds)**\n- **Advanced settings**\n", encoding="utf-8")
+                                        "- **Timeout  (seconds)**\n- **Advanced settings**\n\n" + en_table,
+                                        encoding="utf-8")
     (tmp_path / "readme" / "README_zh_Hans.md").write_text(
-        "# X\n\n## 配置\n\n- **空闲超时（秒）**（`idle-timeout`）\n- **超时时间（秒）**\n- **高级设置**\n", encoding="utf-8")
+        "# X\n\n## 配置\n\n- **空闲超时（秒）**（`idle-timeout`）\n- **超时时间（秒）**\n- **高级设置**\n\n" + zh_table,
+        encoding="utf-8")
+    # issue 33: the "What it does when…" table, every row, each a real answer, in both languages
+    assert readme_problems(tmp_path, _ITEMS) == [
+        "README.md: the '## What it does when…' table's **Files out** row is not written yet: "
+        "'(to write: which files reach the chat)'",
+        "readme/README_zh_Hans.md: the '## 遇到这些情况时' table has no **静默** row"]
+    (tmp_path / "README.md").write_text((tmp_path / "README.md").read_text(encoding="utf-8").replace(
+        "(to write: which files reach the chat)", "Images the platform makes are attached."), encoding="utf-8")
+    (tmp_path / "readme" / "README_zh_Hans.md").write_text(
+        (tmp_path / "readme" / "README_zh_Hans.md").read_text(encoding="utf-8")
+        + "| **静默**（无输出） | 空闲超时 60 秒后结束运行。 |\n", encoding="utf-8")
     assert readme_problems(tmp_path, _ITEMS) == []
     assert names_label("**App API key** (`api-key`)", "App API key") and not names_label("App API key", "App API key")
     assert [i["name"] for i in form_fields(_ITEMS)] == ["idle-timeout", "timeout", "advanced-settings"]
