@@ -314,7 +314,7 @@ async def _from_b64(value: str, name: str, kind: str, max_bytes: int, mime: str 
 
 
 def _file(data: bytes, name: str, kind: str, mime: str | None) -> InputFile:
-    mime = mime or _sniff(data)
+    mime = mime or sniff(data)
     if "." not in name and mime:
         name += mimetypes.guess_extension(mime) or ""
     return InputFile(name=name, kind=kind, mime_type=_mime(name, kind, mime), data=data)
@@ -326,11 +326,13 @@ _MAGIC = (
     (b"GIF87a", "image/gif"),
     (b"GIF89a", "image/gif"),
     (b"%PDF-", "application/pdf"),
+    (b"PK\x03\x04", "application/zip"),
 )
 
 
-def _sniff(data: bytes) -> str | None:
-    """The MIME type of common images and PDFs from their first bytes (platforms check extensions)."""
+def sniff(data: bytes) -> str | None:
+    """The MIME type of common images, PDFs and zip archives from their first bytes (platforms check
+    extensions; an upstream's file answer may come unlabelled)."""
     for magic, mime in _MAGIC:
         if data.startswith(magic):
             return mime

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.http import open_stream
+from runner_kit.inputs import sniff
 from runner_kit.logs import get_logger
 from runner_kit.runner import Adapter
 from runner_kit.streams import DEFAULT_MAX_BYTES, NDJSONDecoder
@@ -430,7 +431,7 @@ class N8nAdapter(Adapter):
         try:
             text = raw.decode(charset)
         except (LookupError, UnicodeDecodeError):
-            if not files.mime_of(ctype) and files.sniff(raw):  # an unlabelled image or PDF, not text
+            if not files.mime_of(ctype) and sniff(raw):  # an unlabelled image or PDF, not text
                 if len(raw) > (most := files.limit(self.env.max_bytes)):
                     raise files.too_large(len(raw), most) from None
                 return self._file(raw, "", "", 200)

@@ -31,6 +31,7 @@ from email.message import EmailMessage
 
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
+from runner_kit.inputs import sniff
 
 from . import const
 
@@ -51,10 +52,6 @@ _EXTENSIONS = {
     "video/mp4": ".mp4",
 }
 _MIME = re.compile(r"^[a-z0-9][a-z0-9!#$&^_.+-]{0,126}/[a-z0-9][a-z0-9!#$&^_.+-]{0,126}$")
-_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"), (b"\xff\xd8\xff", "image/jpeg"), (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"), (b"%PDF-", "application/pdf"), (b"PK\x03\x04", "application/zip"),
-)
 # a Node Buffer serialised by res.json (the quirk above); each byte takes up to 4 characters ("255,")
 _BUFFER_JSON = re.compile(rb'^\s*\{\s*"type"\s*:\s*"Buffer"\s*,\s*"data"\s*:\s*\[')
 BUFFER_JSON_FACTOR = 4
@@ -96,16 +93,6 @@ def is_file(ctype: str, disposition: str) -> bool:
         return True
     mime = mime_of(ctype)
     return bool(mime) and not _texty(mime)
-
-
-def sniff(data: bytes) -> str | None:
-    """The type of an unlabelled body from its first bytes, for the few kinds a workflow sends."""
-    for magic, mime in _MAGIC:
-        if data.startswith(magic):
-            return mime
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
 
 
 def buffer_json(head: bytes) -> bool:
