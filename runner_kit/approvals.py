@@ -482,6 +482,7 @@ class Parked:
     hurry: asyncio.Event = field(default_factory=asyncio.Event)
     timed_out: bool = False  # nobody answered in time: what the agent did next goes to the session's next run  # set: end the grace now (a run needs the session)
     slot: Any = None  # the sessions.Slot it keeps busy until answered or stopped
+    generation: str | None = None  # the conversation's reset generation it was asked in (runner_kit.resets)
 
 
 ANSWERED: dict[str, str] = {}  # question id -> who answered it ("" unknown), the latest ANSWERED_KEPT
@@ -541,6 +542,19 @@ def waiting_in(conv: str | None) -> list[Parked]:
         return []
     prefix = conv + "|"
     return [p for k, p in PARKED.items() if k.startswith(prefix)]
+
+
+def reset(conv: str | None, generation: str | None) -> None:
+    """A LangBot reset of ``conv`` (a run came in at a new ``generation``): the questions asked
+    before it are denied and their agents stopped, like an expiry but without a word in the chat, and
+    what was kept for after them goes too (the reset hid it): nobody waits on the old conversation."""
+    if generation is None:
+        return
+    for p in waiting_in(conv):
+        if p.generation is not None and p.generation != generation:
+            if p.slot is not None:
+                p.slot.held.clear()
+            _expire(p, "the conversation was reset")
 
 
 def put_back(p: Parked) -> None:

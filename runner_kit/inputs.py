@@ -225,7 +225,20 @@ def _q(name: str) -> str:
     return f"'{name[:77]}...'" if len(name) > 80 else f"'{name}'"
 
 
+# a media type as it may go on in a header (a multipart part's Content-Type): a type, a subtype and
+# printable parameters; a data: URL's or an attachment's type is the sender's text, and a line break
+# in it would add headers of the sender's choosing to the request a plugin sends upstream
+_MEDIA_TYPE = re.compile(r"[\w!#$&^.+-]+/[\w!#$&^.+-]+(?:[ \t]*;[ -~]*)?", re.ASCII)
+
+
+def _media_type(given: str | None) -> str | None:
+    """``given`` when it is a media type fit for a header, else None (the type is then guessed)."""
+    value = (given or "").strip()
+    return value if len(value) <= 255 and _MEDIA_TYPE.fullmatch(value) else None
+
+
 def _mime(name: str, kind: str, given: str | None = None) -> str:
+    given = _media_type(given)
     if given:
         return given
     guessed = mimetypes.guess_type(name)[0]
@@ -314,7 +327,7 @@ async def _from_b64(value: str, name: str, kind: str, max_bytes: int, mime: str 
 
 
 def _file(data: bytes, name: str, kind: str, mime: str | None) -> InputFile:
-    mime = mime or sniff(data)
+    mime = _media_type(mime) or sniff(data)
     if "." not in name and mime:
         name += mimetypes.guess_extension(mime) or ""
     return InputFile(name=name, kind=kind, mime_type=_mime(name, kind, mime), data=data)

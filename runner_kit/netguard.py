@@ -339,7 +339,7 @@ async def fetch(
                 if resp.status_code >= 400 or resp.status_code in _REDIRECTS:
                     raise RunnerError("input.unreadable", f"could not download {label} (HTTP {resp.status_code})",
                                       status=resp.status_code)
-                data = await _read(resp, label, max_bytes, host)
+                data = await _read(resp, label, max_bytes, host, deadline)
                 return Fetched(data, resp.headers.get("content-type", ""))
             finally:
                 await resp.aclose()
@@ -393,18 +393,23 @@ def _unreadable(label: str, exc: Exception, host: str) -> RunnerError:
     return RunnerError("input.unreadable", f"could not download {label}: {why}")
 
 
-async def _read(resp: httpx.Response, label: str, max_bytes: int, host: str) -> bytes:
+async def _read(resp: httpx.Response, label: str, max_bytes: int, host: str, deadline: float) -> bytes:
+    """The body, within ``deadline`` in all: a server that sends a byte now and then, each in time
+    for the read timeout, would otherwise hold the run far past its budget."""
     declared = resp.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > max_bytes:
         raise _too_large(label, max_bytes)
     buf = bytearray()
     try:
-        async for chunk in resp.aiter_bytes():
-            buf += chunk
-            if len(buf) > max_bytes:
-                raise _too_large(label, max_bytes)
+        async with asyncio.timeout(max(deadline - time.monotonic(), 0.0)):
+            async for chunk in resp.aiter_bytes():
+                buf += chunk
+                if len(buf) > max_bytes:
+                    raise _too_large(label, max_bytes)
     except httpx.HTTPError as exc:
         raise _unreadable(label, exc, host) from None
+    except TimeoutError:
+        raise RunnerError("input.unreadable", f"could not download {label}: it did not arrive in time") from None
     return bytes(buf)
 
 

@@ -67,7 +67,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import events as ev
-from . import sessions
+from . import resets, sessions
 from .approvals import Gate, actor_of, approvers
 from .identity import PER_PERSON, normalize_source
 from .inputs import UserInput
@@ -148,7 +148,13 @@ class PendingAction:
 
     def _current(self) -> dict[str, Any]:
         value = self._value if self._stored else (self.env.ctx.state.conversation or {}).get(self.key)
-        return value if isinstance(value, dict) else {}
+        if not isinstance(value, dict):
+            return {}
+        made, now = value.get("generation"), resets.generation(self.env.ctx)
+        if not self._stored and made is not None and now is not None and made != now:
+            # a LangBot reset deleted the record: this one was stored after it by a run from before it
+            return {}
+        return value
 
     def record(self) -> dict[str, Any] | None:
         """The open question, or None."""
@@ -164,6 +170,8 @@ class PendingAction:
         return [a for a in self._current().get("answered") or [] if isinstance(a, dict) and a.get("id")]
 
     def _put(self, value: Any) -> ev.State:
+        if isinstance(value, dict) and (gen := resets.generation(self.env.ctx)) is not None:
+            value = {**value, "generation": gen}  # whose conversation it is (:meth:`_current`)
         self._value, self._stored = value, True
         return ev.State(self.key, value)
 

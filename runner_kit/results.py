@@ -439,8 +439,9 @@ class ResultBuilder:
         return RunnerResult.tool_call_completed(self.run_id, call_id, name, result=result, error=error)
 
     def state(self, key: str, value: Any, scope: str = "conversation") -> RunnerResult:
-        if self.on_state is not None:
-            self.on_state(key, value, scope)
+        if self.on_state is not None and self.on_state(key, value, scope) is False:
+            # from before a LangBot reset (runner_kit.sessions.Slot.writer): the host would keep it
+            return self.log(f"not stored: {key!r} belongs to the conversation before its reset")
         return RunnerResult.state_updated(self.run_id, key, value, scope)
 
     def log(self, text: str, level: str = "info") -> RunnerResult:

@@ -403,7 +403,7 @@ def _builder(ctx: RunnerContext, config: Config | None, *, multi_turn: bool = Fa
         ctx.run_id, remove_think=bool(config.get("remove-think", False)), policy=StreamPolicy.from_config(config)
     )
     builder.auto_progress = multi_turn
-    builder.on_state = slot.wrote if slot is not None else None
+    builder.on_state = slot.writer(ctx) if slot is not None else None
     return builder
 
 
@@ -488,15 +488,28 @@ async def drive(
             slot = sessions.enter(sessions.key_of(ctx, platform, adapter_cls.session_key, source))
             entered.append(slot)
             env.slot = slot
-            abandoned = resets.arrive(slot.key if slot is not None else None, sessions.conversation_key(ctx, platform),
-                                      resets.generation(ctx), env.session.stored)
-            if abandoned is not None and adapter_cls.end_conversation is not Adapter.end_conversation:
-                ending = (adapter_cls(env), abandoned)  # ended after the run, like a stop call
-            builder.on_state = slot.wrote if slot is not None else None
+            conv_key, gen = sessions.conversation_key(ctx, platform), resets.generation(ctx)
+            if resets.note(conv_key, gen, getattr(ctx.conversation, "conversation_id", None) if ctx.conversation else None):
+                ap.reset(conv_key, gen)  # the questions asked before a LangBot reset
+
+            def arrive() -> None:
+                """Whether a LangBot reset left this session's upstream conversation behind: ended
+                after the run, like a stop call (read once the session is the run's: what the run
+                before stored is known then, and nothing is ended while that run still uses it)."""
+                nonlocal ending
+                assert env is not None
+                abandoned = resets.arrive(slot.key if slot is not None else None, conv_key, gen, env.session.stored)
+                if abandoned is not None and abandoned == env.session.stored:
+                    env.session.set(None)  # stored again by a run from before the reset: a new one now
+                if abandoned is not None and adapter_cls.end_conversation is not Adapter.end_conversation:
+                    ending = (adapter_cls(env), abandoned)
+
+            builder.on_state = slot.writer(ctx) if slot is not None else None
             if not adapter_cls.multi_turn:
                 async with aclosing(routing.take(slot, env, builder, hold)) as waited:
                     async for r in waited:
                         yield r
+                arrive()
                 first_env = env
                 async with aclosing(one_turn(lambda _: adapter_cls(first_env), inp, 0, None)) as turn:
                     async for result in turn:
@@ -511,6 +524,7 @@ async def drive(
                     yield final
                 yield builder.completed(usage, finish_reason=env.finish_reason or "stop")
                 return
+            arrive()
             steer = Steering.for_run(ctx)
 
             def route(item: Any) -> str | None:
@@ -607,7 +621,7 @@ async def drive(
                     live = session_adapter = waiting.adapter  # _attach gave it this run's env
                     hold.slot = waiting.slot  # the session was the parked turn's; it is this run's now
                     if hold.slot is not None:
-                        builder.on_state = hold.slot.wrote
+                        builder.on_state = hold.slot.writer(ctx)
                         steer.key = hold.slot.key
                 else:
                     turn_input = None
@@ -1053,6 +1067,11 @@ class _Events(Channel[Any]):
         self.sink: _Sink | None = None
         self.raw = 0
 
+    def behind(self) -> bool:
+        """Whether results or raw events wait in the queue: a timer's flush (a tick, the "still
+        working" line) goes after them, or its newer text would reach the host before theirs."""
+        return bool(self.raw) or any(isinstance(item, RunnerResult) for item in self._items)
+
 
 async def _produce(events: AsyncIterator[ev.Event], queue: _Events) -> None:
     """The reading task: the adapter's events, translated into the current run's results where
@@ -1141,6 +1160,9 @@ async def _pump(
             if item is _DONE:
                 state.ended = True
                 return
+            if (item is _STILL or item is _TICK) and queue.behind():
+                queue.put_nowait(item)  # after what is waiting: a flush now would overtake it
+                continue
             if item is _STILL:
                 waited = loop.time() - since
                 if waited >= STILL_WORKING_AFTER * 0.99 and (r := builder.still_working(texts.t(
@@ -1395,7 +1417,8 @@ async def _asking(
             return
     # park: the run ends; the answer comes as a button (a new run) or a message in a later run
     parked = ap.Parked(key=key, question=q, future=future, adapter=adapter, task=task, queue=queue, gate=gate,
-                       expires_at=expires, agent=agent, index=index, slot=env.slot)
+                       expires_at=expires, agent=agent, index=index, slot=env.slot,
+                       generation=resets.generation(env.ctx))
     ap.park(parked)
     agent_mcp.release(adapter.env)  # this run is ending: LangBot forgets it, so nothing goes out under it
     state.parked = parked

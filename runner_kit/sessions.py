@@ -76,14 +76,29 @@ class Slot:
     hurry: asyncio.Event | None = None  # set: that moment is over (a run needs the session)
     generation: str | None = None  # the conversation's reset generation ``written`` belongs to
 
-    def wrote(self, key: str, value: Any, scope: str = "conversation") -> None:
+    def wrote(self, key: str, value: Any, scope: str = "conversation", generation: str | None = None) -> None:
         """A run of this session stored ``value`` under ``key`` (conversation scope only); the
-        session's own upstream id is also remembered for after a reset (:mod:`runner_kit.resets`)."""
+        session's own upstream id is also remembered for after a reset (:mod:`runner_kit.resets`).
+        ``generation``: the reset generation the writing run started in (:meth:`writer`)."""
         if scope == "conversation":
             self.written[key] = (time.time(), value)
-            self.generation = resets.current(conversation_of(self.key))
+            self.generation = generation or resets.current(conversation_of(self.key))
             if key == self.key.rsplit("|", 1)[-1]:
-                resets.stored(self.key, conversation_of(self.key), value)
+                resets.stored(self.key, conversation_of(self.key), value, self.generation)
+
+    def writer(self, ctx: Any) -> Any:
+        """:meth:`wrote` for a run of ``ctx``: what it stores belongs to the reset generation it
+        started in, even when it stores it after a reset (then no later run gets it back). Returns
+        False for conversation state of a run from before a reset a later run has seen: LangBot
+        would keep that write, and the old conversation (its id, its open question) would be back."""
+        generation = resets.generation(ctx)
+        conversation = conversation_of(self.key)
+
+        def wrote(key: str, value: Any, scope: str = "conversation") -> bool:
+            self.wrote(key, value, scope, generation)
+            return scope != "conversation" or not resets.stale(conversation, generation)
+
+        return wrote
 
     def catch_up(self, ctx: Any) -> bool:
         """Put into ``ctx``'s state snapshot what runs of this session stored while it was in use

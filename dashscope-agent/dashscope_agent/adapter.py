@@ -174,8 +174,9 @@ class DashScopeAdapter(Adapter):
         try:
             policy = await uploads.get_policy(client, self.base, self.api_key, self.upload_model, self.env.budget())
         except uploads.UploadError as err:
+            # the reason goes to the chat: a key an upstream error echoed is hidden as in a failure
             out.leave_out([f.name for f in images], "they could not be uploaded ({why})", "图片未能上传（{why}）",
-                          why=err.why)
+                          why=self.env.redact(err.why))
             return
 
         async def one(f: InputFile) -> str | uploads.UploadError:
@@ -191,7 +192,7 @@ class DashScopeAdapter(Adapter):
                 out.images.append(link)
                 out.oss = True
             else:
-                failed.setdefault(link.why, []).append(f.name)
+                failed.setdefault(self.env.redact(link.why), []).append(f.name)
         for why, names in failed.items():
             out.leave_out(names, "it could not be uploaded ({why})", "未能上传（{why}）", why=why)
 

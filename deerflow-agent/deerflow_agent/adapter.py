@@ -524,23 +524,29 @@ class DeerFlowAdapter(Adapter):
 
     async def _rejoin(self, thread_id: str, st: _Run, err: RunnerError) -> AsyncIterator[ev.Event]:
         """Join the run whose stream was cut (``GET …/runs/{run_id}/stream``) and read it to its end,
-        at most ``len(REJOIN_DELAYS)`` times. With the last event id the server replays exactly what
-        followed it (DeerFlow always, LangGraph for a ``stream_resumable`` run); without it (or after
-        DeerFlow's ``gap``) the answer is caught up from ``values``' whole messages only, so nothing
-        shown is repeated. A join that ends without the run's final state reads it from the thread.
-        When every attempt fails, ``err`` stands (the answer so far is kept, marked incomplete)."""
+        again and again while the joins move on (a proxy that cuts every long stream), but at most
+        ``len(REJOIN_DELAYS)`` times in a row without a new event and ``MAX_REJOINS`` times in all.
+        With the last event id the server replays exactly what followed it (DeerFlow always,
+        LangGraph for a ``stream_resumable`` run); without it (or after DeerFlow's ``gap``) the answer
+        is caught up from ``values``' whole messages only, so nothing shown is repeated. A join that
+        ends without the run's final state reads it from the thread. When the joins give up, ``err``
+        stands (the answer so far is kept, marked incomplete)."""
         path = const.JOIN_PATH.format(thread_id=quote(thread_id, safe=""), run_id=quote(self.run_id or "", safe=""))
-        for n, delay in enumerate(const.REJOIN_DELAYS, 1):
-            if delay:
+        fruitless = joins = 0
+        while fruitless < len(const.REJOIN_DELAYS) and joins < const.MAX_REJOINS:
+            if delay := const.REJOIN_DELAYS[fruitless]:
                 await asyncio.sleep(min(delay, self.env.budget()))
+            joins += 1
+            fruitless += 1
             if st.gap or st.last_event_id is None:
                 st.catch_up, st.gap, st.last_event_id = True, False, None
-            headers = {} if st.catch_up else {"Last-Event-ID": st.last_event_id or ""}
+            # while catching up, too, a join after the last event seen goes on from there
+            headers = {"Last-Event-ID": st.last_event_id} if st.last_event_id else {}
+            before = st.last_event_id
             st.ended = st.joined_values = False
             opened = False
-            log.info("%s: the stream of run %s was cut (%s); joining it again (%d of %d)%s", self.platform,
-                     self.run_id, err.message, n, len(const.REJOIN_DELAYS),
-                     " from values" if st.catch_up else " after its last event")
+            log.info("%s: the stream of run %s was cut (%s); joining it again (%d)%s", self.platform,
+                     self.run_id, err.message, joins, " from values" if st.catch_up else " after its last event")
             try:
                 async with self._open("GET", path, map_http, extra_headers=headers) as resp:
                     if "event-stream" not in resp.headers.get("content-type", "").lower():
@@ -551,6 +557,7 @@ class DeerFlowAdapter(Adapter):
                             yield item
                     except httpx.HTTPError as exc:
                         err = self._cut(exc)
+                        fruitless = 0 if st.last_event_id not in (None, before) else fruitless
                         continue
             except _JoinRefused:
                 log.info("%s: run %s is not known to the server any more", self.platform, self.run_id)
@@ -566,9 +573,12 @@ class DeerFlowAdapter(Adapter):
                 log.info("%s: run %s cannot be joined (%s)", self.platform, self.run_id, exc.message)
                 raise err from None
             if st.gap or (self.deerflow and not st.ended):
-                continue  # cut again, or DeerFlow no longer has what followed: once more, from values
+                # cut again, or DeerFlow no longer has what followed: once more (then from values)
+                fruitless = 0 if st.last_event_id not in (None, before) else fruitless
+                continue
             if st.joined_values or await self._final_state(thread_id, st):
                 return
+            fruitless = 0 if st.last_event_id not in (None, before) else fruitless  # still going
         raise err
 
     async def _final_state(self, thread_id: str, st: _Run) -> bool:
@@ -875,11 +885,20 @@ class DeerFlowAdapter(Adapter):
     def _new_artifacts(st: _Run) -> list[str]:
         """The files this run presented: the tools node's ``artifacts`` updates, and what the run's
         last ``values.artifacts`` lists beyond its first (the list is merged over the thread's life:
-        deer-flow agents/thread_state.py ``merge_artifacts``)."""
+        deer-flow agents/thread_state.py ``merge_artifacts``). When the run's first ``values`` was
+        missed (a stream that fell behind DeerFlow's buffer, caught up from values), what it listed
+        before is unknown: the files are those of that list that this run's own ``present_files``
+        calls named (deer-flow tools/builtins/present_file_tool.py, args ``filepaths``)."""
         out = list(st.presented)
         final = st.last_values.get("artifacts") if isinstance(st.last_values, dict) else None
         if isinstance(final, list) and st.artifacts_before is not None:
             out += [p for p in final if isinstance(p, str) and p not in st.artifacts_before and p not in out]
+        elif isinstance(final, list):
+            calls = [c for m in DeerFlowAdapter._new_in_values(st) if kind(m) == "ai"
+                     for c in m.get("tool_calls") or [] if isinstance(c, dict) and c.get("name") == "present_files"]
+            named = {p for c in calls if isinstance(c.get("args"), dict) and isinstance(c["args"].get("filepaths"), list)
+                     for p in c["args"]["filepaths"] if isinstance(p, str)}
+            out += [p for p in final if isinstance(p, str) and p in named and p not in out]
         return out
 
     async def _attachments(self, thread_id: str, st: _Run) -> list[ev.Event]:
@@ -901,27 +920,40 @@ class DeerFlowAdapter(Adapter):
         # the answer and its files travel in one result, which LangBot cuts over 1 MiB; base64 is 4/3
         text = sum(escaped_len(v) for v in (*st.shown.values(), *st.thought.values()))
         budget = max(0, min(const.ATTACHMENT_BUDGET, (HOST_RESULT_LIMIT - const.RESULT_MARGIN - text) * 3 // 4))
-        for n, path in enumerate(paths):
-            name = _artifact_name(path)
-            if n >= const.MAX_ARTIFACTS:
-                left_out.append(t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）",
-                                  name=name, n=const.MAX_ARTIFACTS))
-                continue
-            try:
-                data, ctype = await self._artifact(thread_id, path, name, budget)
-            except RunnerError as err:
-                log.info("%s: artifact %s not attached: %s", self.platform, name, err.message)
-                link = path.lower().startswith(("http://", "https://"))
-                left_out.append(_why_left_out(name, err, self.env.max_bytes, budget, link))
-                continue
-            budget -= len(data)
-            mime = (ctype.split(";")[0].strip().lower() or mimetypes.guess_type(name)[0] or "application/octet-stream")
-            url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
-            out.append(ev.Attachment(url=url, kind="image" if mime.startswith("image/") else "file", name=name,
-                                     mime_type=mime))
+        # fetching is the run's work, not DeerFlow's silence (idle-timeout), and bounded in all
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + const.ARTIFACT_SECONDS
+        beat = loop.create_task(_keep_alive(self.env))
+        try:
+            for n, path in enumerate(paths):
+                name = _artifact_name(path)
+                if n >= const.MAX_ARTIFACTS:
+                    left_out.append(t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）",
+                                      name=name, n=const.MAX_ARTIFACTS))
+                    continue
+                try:
+                    async with asyncio.timeout_at(ends):
+                        data, ctype = await self._artifact(thread_id, path, name, budget)
+                except (RunnerError, TimeoutError) as exc:
+                    err = exc if isinstance(exc, RunnerError) else RunnerError("upstream.timeout", "no time was left")
+                    log.info("%s: artifact %s not attached: %s", self.platform, name, err.message)
+                    link = path.lower().startswith(("http://", "https://"))
+                    left_out.append(_why_left_out(name, err, self.env.max_bytes, budget, link))
+                    continue
+                budget -= len(data)
+                mime = (ctype.split(";")[0].strip().lower() or mimetypes.guess_type(name)[0]
+                        or "application/octet-stream")
+                url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
+                out.append(ev.Attachment(url=url, kind="image" if mime.startswith("image/") else "file", name=name,
+                                         mime_type=mime))
+        finally:
+            beat.cancel()
         if left_out:
+            named = left_out[: const.MAX_NAMED]
+            if len(left_out) > len(named):  # a run may present any number of files: the line stays short
+                named.append(t("{n} more", "另外 {n} 个", n=len(left_out) - len(named)))
             out.append(ev.Text("\n\n" + t("(Not attached: {files}.)", "（未附上：{files}。）",
-                                          files="; ".join(left_out))))
+                                          files="; ".join(named))))
         return out
 
     async def _artifact(self, thread_id: str, path: str, name: str, budget: int) -> tuple[bytes, str]:
@@ -1022,6 +1054,13 @@ def extra_configurable(value: Any) -> dict[str, Any]:
             "own settings, and the server sets thread_id, user_id and its internal keys",
         )
     return extra
+
+
+async def _keep_alive(env: Any) -> None:
+    """Note the run as alive for idle-timeout until cancelled (while it fetches the answer's files)."""
+    while True:
+        env.touch()
+        await asyncio.sleep(max(env.idle_timeout / 4, 0.05) if env.idle_timeout else 60.0)
 
 
 def _artifact_name(path: str) -> str:

@@ -135,7 +135,8 @@ def too_large(size: int | None, most: int) -> RunnerError:
 
 def _clean(name: str) -> str:
     name = name.replace("\\", "/").rsplit("/", 1)[-1]
-    name = _UNSAFE_NAME.sub("", name).strip(" .")
+    # printable only: a direction mark would show "invoice<RLO>fdp.exe" as "invoiceexe.pdf"
+    name = _UNSAFE_NAME.sub("", "".join(c for c in name if c.isprintable())).strip(" .")
     return name[:120].strip(" .")
 
 

@@ -473,9 +473,11 @@ class FakeDeerFlow(FakeHTTPServer):
             offset = log.start + len(log.events)  # live only
             if last is not None and log.resumable:
                 offset = next((log.start + i for i, (eid, _n, _d) in enumerate(log.events) if eid > last), offset)
-        sticky_cut = 1 if self.fault == "truncated" else None  # the sticky fault cuts every stream
+        if self.fault == "truncated":  # the sticky fault cuts every stream: a join before it brings anything
+            await resp.abort()
+            return
         cancel = self.flavor == "deerflow" or req.query.get("cancel_on_disconnect", "").lower() in ("true", "1", "yes")
-        await self._serve(resp, log, offset, cut_after=sticky_cut, cancel_on_disconnect=cancel)
+        await self._serve(resp, log, offset, cancel_on_disconnect=cancel)
 
     # -- writing a run's log out -------------------------------------------------------------------
 
