@@ -23,7 +23,7 @@ import dataclasses
 import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping
-from contextlib import aclosing
+from contextlib import aclosing, asynccontextmanager
 from dataclasses import replace
 from functools import cached_property
 from typing import Any, ClassVar
@@ -229,6 +229,31 @@ class RunEnv:
     def touch(self) -> None:
         """Something arrived from the upstream (keep-alives count): the run is alive."""
         self.last_activity = time.monotonic()
+
+    def keep_alive(self) -> asyncio.Task[None] | None:
+        """A task counting the run as alive for ``idle-timeout`` until it is cancelled (None when
+        there is no idle limit): work of the run itself (fetching an answer's files, a platform
+        parsing the files it was sent before it answers), not the platform's silence."""
+        if self.idle_timeout <= 0:
+            return None
+
+        async def beat() -> None:
+            while True:
+                self.touch()
+                await asyncio.sleep(max(self.idle_timeout / 4, 0.01))
+
+        return asyncio.get_running_loop().create_task(beat())
+
+    @asynccontextmanager
+    async def busy(self) -> AsyncIterator[None]:
+        """:meth:`keep_alive` for the time inside."""
+        task = self.keep_alive()
+        try:
+            yield
+        finally:
+            if task is not None:
+                task.cancel()
+                self.touch()
 
     async def watch(self, chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
         """Pass a response body through, noting every chunk as life for ``idle-timeout``.

@@ -52,6 +52,7 @@ from urllib.parse import quote
 import httpx
 
 from runner_kit import events as ev
+from runner_kit import outfiles
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import (
     base_url,
@@ -66,7 +67,7 @@ from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
 from runner_kit.netguard import fetch
 from runner_kit.pending import PendingAction
-from runner_kit.results import HOST_RESULT_LIMIT, escaped_len
+from runner_kit.results import escaped_len
 from runner_kit.runner import DEFAULT_SESSION_RESET_TEXT, Adapter
 from runner_kit.streams import SSEEvent, iter_sse
 from runner_kit.texts import t
@@ -910,26 +911,20 @@ class DeerFlowAdapter(Adapter):
         paths = self._new_artifacts(st)
         if not paths:
             return []
-        # images first: the chat shows them inline, so they come first within the size budget
-        paths.sort(key=lambda p: not str(mimetypes.guess_type(_artifact_name(p))[0] or "").startswith("image/"))
+        paths = outfiles.images_first(paths, _artifact_name)  # the chat shows images: they come first
         if not self.deerflow:
             log.info("%s: the run listed %d artifacts, but this server has no artifacts route", self.platform, len(paths))
             return []
         out: list[ev.Event] = []
         left_out: list[str] = []
-        # the answer and its files travel in one result, which LangBot cuts over 1 MiB; base64 is 4/3
-        text = sum(escaped_len(v) for v in (*st.shown.values(), *st.thought.values()))
-        budget = max(0, min(const.ATTACHMENT_BUDGET, (HOST_RESULT_LIMIT - const.RESULT_MARGIN - text) * 3 // 4))
+        budget = outfiles.room(sum(escaped_len(v) for v in (*st.shown.values(), *st.thought.values())))
         # fetching is the run's work, not DeerFlow's silence (idle-timeout), and bounded in all
-        loop = asyncio.get_running_loop()
-        ends = loop.time() + const.ARTIFACT_SECONDS
-        beat = loop.create_task(_keep_alive(self.env))
-        try:
+        ends = asyncio.get_running_loop().time() + const.ARTIFACT_SECONDS
+        async with self.env.busy():
             for n, path in enumerate(paths):
                 name = _artifact_name(path)
-                if n >= const.MAX_ARTIFACTS:
-                    left_out.append(t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）",
-                                      name=name, n=const.MAX_ARTIFACTS))
+                if n >= outfiles.MAX_FILES:
+                    left_out.append(outfiles.too_many(name))
                     continue
                 try:
                     async with asyncio.timeout_at(ends):
@@ -943,17 +938,9 @@ class DeerFlowAdapter(Adapter):
                 budget -= len(data)
                 mime = (ctype.split(";")[0].strip().lower() or mimetypes.guess_type(name)[0]
                         or "application/octet-stream")
-                url = f"data:{mime};base64,{base64.b64encode(data).decode()}"
-                out.append(ev.Attachment(url=url, kind="image" if mime.startswith("image/") else "file", name=name,
-                                         mime_type=mime))
-        finally:
-            beat.cancel()
+                out.append(outfiles.attachment(data, mime, name))
         if left_out:
-            named = left_out[: const.MAX_NAMED]
-            if len(left_out) > len(named):  # a run may present any number of files: the line stays short
-                named.append(t("{n} more", "另外 {n} 个", n=len(left_out) - len(named)))
-            out.append(ev.Text("\n\n" + t("(Not attached: {files}.)", "（未附上：{files}。）",
-                                          files="; ".join(named))))
+            out.append(ev.Text(outfiles.left_out_note(left_out)))
         return out
 
     async def _artifact(self, thread_id: str, path: str, name: str, budget: int) -> tuple[bytes, str]:
@@ -1056,13 +1043,6 @@ def extra_configurable(value: Any) -> dict[str, Any]:
     return extra
 
 
-async def _keep_alive(env: Any) -> None:
-    """Note the run as alive for idle-timeout until cancelled (while it fetches the answer's files)."""
-    while True:
-        env.touch()
-        await asyncio.sleep(max(env.idle_timeout / 4, 0.05) if env.idle_timeout else 60.0)
-
-
 def _artifact_name(path: str) -> str:
     """A presented file's name as the chat shows it: the last part of its path, on one line."""
     name = posixpath.basename(path.split("?", 1)[0].rstrip("/")) or "file"
@@ -1071,19 +1051,11 @@ def _artifact_name(path: str) -> str:
 
 def _why_left_out(name: str, err: RunnerError, max_bytes: int, budget: int, link: bool) -> str:
     """One phrase of the not-attached line, in the run's language."""
-    if err.code == "input.too_large":
-        if budget < max_bytes:
-            return t("'{name}' (larger than one LangBot message can carry)", "“{name}”（超出一条 LangBot 消息能携带的大小）",
-                     name=name)
-        return t("'{name}' (larger than {size}, the file size limit)", "“{name}”（超过文件大小上限 {size}）",
-                 name=name, size=_size(max_bytes))
+    if (size := outfiles.too_large(name, err, max_bytes, budget)) is not None:
+        return size
     if err.code == "input.refused" and link:
         return t("'{name}' (a link to a private or local address)", "“{name}”（指向私有或本地地址的链接）", name=name)
     if err.code == "input.refused":
         return t("'{name}' (not a file DeerFlow serves from this thread)", "“{name}”（不是 DeerFlow 在此线程中提供的文件）",
                  name=name)
     return t("'{name}' (it could not be read)", "“{name}”（无法读取）", name=name)
-
-
-def _size(n: int) -> str:
-    return f"{n / 1048576:.3g} MiB" if n >= 1048576 else f"{max(1, round(n / 1024))} KiB"

@@ -25,14 +25,9 @@ UPLOAD_PATH = "/api/threads/{thread_id}/uploads"
 # DeerFlow only: a file the agent presented (values.artifacts holds its virtual path, which follows)
 ARTIFACTS_PATH = "/api/threads/{thread_id}/artifacts"
 ARTIFACT_ROOT = "/mnt/user-data/"  # every virtual path in a DeerFlow thread's workspace starts so
-MAX_ARTIFACTS = 10  # files attached to one answer at most
-MAX_NAMED = 20  # files named one by one in the not-attached line (the rest are counted)
 # the longest fetching one answer's files may take in all (a link may point to any public server,
 # one that sends a byte now and then too): what is not in by then is named, and the answer stands
 ARTIFACT_SECONDS = 30.0
-# LangBot 4.11.2 truncates a result over 1 MiB: the files inlined into the answer stay within this
-ATTACHMENT_BUDGET = 600 * 1024
-RESULT_MARGIN = 64 * 1024  # the message's envelope, a note, the file names
 
 # a cut stream is joined again after these pauses (seconds): this many times in a row without a
 # new event, MAX_REJOINS times in all (a long run behind a proxy that cuts every long stream)

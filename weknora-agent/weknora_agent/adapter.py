@@ -45,11 +45,12 @@ from urllib.parse import quote
 import httpx
 
 from runner_kit import events as ev
+from runner_kit import outfiles
 from runner_kit.errors import RunnerError
 from runner_kit.http import base_url, finish_body, open_stream, read_json, timeout_for
 from runner_kit.inputs import InputFile
 from runner_kit.logs import get_logger
-from runner_kit.results import HOST_RESULT_LIMIT, escaped_len
+from runner_kit.results import escaped_len
 from runner_kit.runner import Adapter
 from runner_kit.streams import iter_sse
 from runner_kit.usage import usage_from
@@ -59,10 +60,8 @@ from . import const
 from .artifacts import (
     Artifact,
     announced,
-    left_out_note,
     likely_image,
     mime_of,
-    too_many,
     url_segment,
     why_left_out,
 )
@@ -204,7 +203,7 @@ class WeKnoraAdapter(Adapter):
         try:
             # WeKnora saves and parses inline files before it answers at all (qa.go parseQARequest):
             # that wait is work, not silence, so idle-timeout starts counting once it answers
-            beat = self._alive() if body.get("attachment_uploads") else None
+            beat = self.env.keep_alive() if body.get("attachment_uploads") else None
             try:
                 # only WeKnora's own "Session not found" for a stored id means it is gone
                 async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
@@ -239,19 +238,6 @@ class WeKnoraAdapter(Adapter):
             yield item
         async for item in self._attachments(st):
             yield item
-
-    def _alive(self) -> asyncio.Task[None] | None:
-        """A task noting the run as alive for idle-timeout until cancelled (None when it is off)."""
-        idle = self.env.idle_timeout
-        if idle <= 0:
-            return None
-
-        async def beat() -> None:
-            while True:
-                self.env.touch()
-                await asyncio.sleep(idle / 4)
-
-        return asyncio.get_running_loop().create_task(beat())
 
     async def _read(self, resp: httpx.Response, st: _State) -> AsyncIterator[ev.Event]:
         """The events of one response, from the run's first: those taken in before are skipped (a
@@ -415,7 +401,7 @@ class WeKnoraAdapter(Adapter):
     # --- files the agent's skills produced -----------------------------------------------------------
 
     async def _attachments(self, st: _State) -> AsyncIterator[ev.Event]:
-        """The answer's artifacts, attached to it: at most MAX_ARTIFACTS files, each within
+        """The answer's artifacts, attached to it: at most outfiles.MAX_FILES files, each within
         ``max-file-size-mb`` and all within what one LangBot message can carry (the answer's text
         travels in the same result; base64 is 4/3 of the bytes). Images come first: LangBot 4.11.2
         shows an inline image, while it cannot take an inline file from a plugin (the kit names such
@@ -428,15 +414,14 @@ class WeKnoraAdapter(Adapter):
             log.info("%s: %d artifacts announced without a message id to fetch them by", self.platform,
                      len(st.artifacts))
             return
-        text = escaped_len(st.answer_text) + st.think_len + st.closing_len
-        room = max(0, min(const.ATTACHMENT_BUDGET, (HOST_RESULT_LIMIT - const.RESULT_MARGIN - text) * 3 // 4))
+        room = outfiles.room(escaped_len(st.answer_text) + st.think_len + st.closing_len)
         max_bytes = self.env.max_bytes
         self._waits = list(const.ARTIFACT_WAITS)
         left_out: list[str] = []
         ordered = sorted(st.artifacts, key=lambda a: not likely_image(a.name))
         for n, art in enumerate(ordered):
-            if n >= const.MAX_ARTIFACTS:
-                left_out.append(too_many(art.name))
+            if n >= outfiles.MAX_FILES:
+                left_out.append(outfiles.too_many(art.name))
                 continue
             url = self.base + const.ARTIFACT_PATH.format(sid=sid, mid=mid, index=art.index)
             try:
@@ -450,7 +435,7 @@ class WeKnoraAdapter(Adapter):
             yield ev.Attachment(url=f"data:{mime};base64,{await _b64(data)}",
                                 kind="image" if mime in const.IMAGE_TYPES else "file", name=art.name, mime_type=mime)
         if left_out:
-            yield ev.Text(left_out_note(left_out))
+            yield ev.Text(outfiles.left_out_note(left_out))
 
     async def _artifact(self, url: str, art: Artifact, limit: int) -> tuple[bytes, str]:
         """One artifact's bytes and content type, at most ``limit`` bytes (a larger one is not read

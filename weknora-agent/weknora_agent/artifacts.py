@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from runner_kit import outfiles
 from runner_kit.errors import RunnerError
 from runner_kit.texts import t
 
@@ -81,30 +82,8 @@ def likely_image(name: str) -> bool:
     return mimetypes.guess_type(name)[0] in const.IMAGE_TYPES
 
 
-def size_text(n: int) -> str:
-    return f"{n / 1048576:.3g} MiB" if n >= 1048576 else f"{max(1, round(n / 1024))} KiB"
-
-
 def why_left_out(name: str, err: RunnerError, max_bytes: int, room: int) -> str:
     """One phrase of the not-attached note, in the run's language."""
-    if err.code == "input.too_large":
-        if room < max_bytes:
-            return t("'{name}' (larger than one LangBot message can carry)",
-                     "“{name}”（超出一条 LangBot 消息能携带的大小）", name=name)
-        return t("'{name}' (larger than {size}, the file size limit)", "“{name}”（超过文件大小上限 {size}）",
-                 name=name, size=size_text(max_bytes))
+    if (size := outfiles.too_large(name, err, max_bytes, room)) is not None:
+        return size
     return t("'{name}' (it could not be downloaded from WeKnora)", "“{name}”（无法从 WeKnora 下载）", name=name)
-
-
-def too_many(name: str) -> str:
-    return t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）", name=name, n=const.MAX_ARTIFACTS)
-
-
-def left_out_note(phrases: list[str]) -> str:
-    """The line after the answer naming the files that were not attached."""
-    shown = phrases[: const.MAX_NAMED]
-    more = len(phrases) - len(shown)
-    files = "; ".join(shown)
-    if more > 0:
-        files += t("; {n} more", "；另外 {n} 个", n=more)
-    return "\n\n" + t("(Not attached: {files}.)", "（未附上：{files}。）", files=files)

@@ -14,12 +14,6 @@ CONTINUE_PATH = "/sessions/continue-stream/{sid}"  # ?message_id=: replays the a
 # a file the agent's skills produced, by its position in the answer's ``complete`` data.artifacts
 ARTIFACT_PATH = "/sessions/{sid}/messages/{mid}/artifacts/{index}/download"
 
-# files attached to one answer at most; the others are named in a note
-MAX_ARTIFACTS = 10
-MAX_NAMED = 20  # files named one by one in that note (the rest are counted)
-# LangBot 4.11.2 truncates a result over 1 MiB: the files inlined into the answer stay within this
-ATTACHMENT_BUDGET = 600 * 1024
-RESULT_MARGIN = 64 * 1024  # the message's envelope, a note, the file names
 # WeKnora announces the files on ``complete`` before it stores the answer holding them (qa.go stores
 # the message after the agent returns): a download answered 404 "artifact index out of range" is
 # tried again after these pauses (seconds)
