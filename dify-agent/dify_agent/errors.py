@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from runner_kit import errors
@@ -46,9 +47,49 @@ _CONVERSATION_MISSING = "conversation not exists"
 _NO_SUCH_ROUTE = "requested url was not found"
 
 
+# Flask-RESTX appends its route suggestions to a 404's message (Dify leaves ERROR_404_HELP on):
+# "Conversation Not Exists. You have requested this URI [/v1/chat-messages] but did you mean
+# /v1/chat-messages or /api/chat-messages or … ?" — noise for a chat, and it names Dify's routes
+_ROUTE_HELP = re.compile(r"\s*You have requested this URI \[[^\]]*\] but did you mean .*$", re.S)
+# Dify's checks of a run's inputs against the app's Start node (api/core/app/apps/base_app_generator.py
+# _validate_inputs, api/core/workflow/nodes/start/start_node.py), sent as 400 invalid_param
+_REQUIRED = re.compile(r"^(?P<name>\S+) is required in input form")
+_TOO_LONG = re.compile(r"^(?P<name>\S+) in input form must be less than (?P<limit>\d+) characters")
+_FORM = re.compile(r"^(?:\(type '[^']*'\) )?(?P<name>\S+) in input form must be ")
+
+
+def strip_route_help(message: str | None) -> str | None:
+    """``message`` without Flask's "You have requested this URI … did you mean …" suffix."""
+    if not message:
+        return message
+    return _ROUTE_HELP.sub("", message).strip() or message
+
+
+def _invalid_param(message: str) -> tuple[str, str] | None:
+    """The taxonomy code and hint for the ``invalid_param`` refusals a bot owner can act on."""
+    text = message.strip()
+    if text.lower().startswith("workflow not published"):
+        return "config.invalid", "publish the app in Dify (Publish, then Publish update) before using its API key"
+    if text.lower().startswith("workflow not initialized"):
+        return "config.invalid", "the app has no workflow yet: build and publish it in Dify"
+    if found := _TOO_LONG.match(text):
+        return ("input.too_large", f"the app's Start node allows at most {found['limit']} characters in "
+                f"“{found['name']}”: raise its max length in Dify, or make it a Paragraph")
+    if found := _REQUIRED.match(text):
+        return ("config.invalid", f"the app's Start node requires “{found['name']}”: give it under Extra app "
+                "inputs (advanced settings) or as a pipeline variable, or make it optional in Dify")
+    if found := _FORM.match(text):
+        return ("config.invalid", f"the value sent for “{found['name']}” does not fit the app's Start node: "
+                "check Extra app inputs and the pipeline variables")
+    return None
+
+
 def map_error(status: int | None, code: str | None, message: str | None) -> RunnerError:
     """One Dify error (pre-stream envelope or mid-stream ``error`` event) as a RunnerError."""
+    message = strip_route_help(message)
     taxonomy, hint = _BY_CODE.get(code or "", (status_to_code(status) if status else "upstream.error", ""))
+    if code == "invalid_param" and message:
+        taxonomy, hint = _invalid_param(message) or (taxonomy, hint)
     return platform_error(PLATFORM, taxonomy, hint, status, code, message)
 
 
@@ -103,6 +144,7 @@ def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:
         fields = error_fields(doc)
         if fields is not None:
             _, code, message = fields
+            message = strip_route_help(message)
         if status == 404 and message and _NO_SUCH_ROUTE in message.lower():
             message = f"{message} ({BASE_URL_HINT})"
     elif errors.looks_html(body, content_type):
