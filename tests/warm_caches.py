@@ -2,7 +2,8 @@
 
 `.ci/run` starts this in the background when the slow stage begins, so the real peers' installs (n8n
 about 5 minutes, Langflow, LangGraph, LICOS, the coding CLIs) happen while the LangBot suite runs
-instead of one after another before the real-peer suites. Each install is the suite's own provider,
+instead of one after another before the real-peer suites (and Dify's, when its source tree is in
+the cache). Each install is the suite's own provider,
 under the same file lock: a suite that needs one while it is being installed waits for it and then
 reuses it; a finished install is only checked. A provider that cannot install prints why and the
 next one goes on; the suite that needs it then skips (or fails) with its own reason, as it would
@@ -56,6 +57,16 @@ def _coding_clis() -> Any:
     return provide_coding_clis().root
 
 
+def _dify() -> Any:
+    """Dify's locked dependencies and Debian's PostgreSQL and Redis, when the Dify source tree is in
+    the cache (it cannot be fetched here: without it this says so and the suite skips)."""
+    from tests.real_peers.dify_server import provide_services, provide_venv
+
+    venv = provide_venv()
+    provide_services()
+    return venv
+
+
 #: in the order the suites need them: the LangBot suite first, then the longest install
 PROVIDERS: dict[str, Callable[[], Any]] = {
     "langbot": _langbot,
@@ -64,6 +75,7 @@ PROVIDERS: dict[str, Callable[[], Any]] = {
     "langgraph": _langgraph,
     "licos": _licos,
     "coding-clis": _coding_clis,
+    "dify": _dify,
 }
 
 

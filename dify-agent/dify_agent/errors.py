@@ -43,6 +43,8 @@ _BY_CODE: dict[str, tuple[str, str]] = {
 BASE_URL_HINT = "is base-url the Dify API address ending in /v1?"
 # the message Dify sends with 404 not_found when a conversation id is unknown to it
 _CONVERSATION_MISSING = "conversation not exists"
+# pydantic's text for a conversation_id that is not a UUID (api/controllers/service_api/app/completion.py)
+_NOT_A_UUID = "conversation_id must be a valid UUID"
 # werkzeug's own text for a route that does not exist (base-url without /v1 reaches the API root)
 _NO_SUCH_ROUTE = "requested url was not found"
 
@@ -126,14 +128,19 @@ def error_fields(doc: dict[str, Any]) -> tuple[int | None, str | None, str | Non
 
 
 def conversation_missing(status: int, body: bytes) -> bool:
-    """True only for Dify's own answer that a conversation id is unknown (404 not_found)."""
-    if status != 404:
+    """True only for Dify's own answers that a stored conversation id can never be used: 404
+    not_found "Conversation Not Exists." (deleted, or another user's), and 400 invalid_param from
+    the check Dify 1.12.1 makes first, that ``conversation_id`` is a UUID (an id kept from
+    elsewhere would otherwise fail every message of the conversation)."""
+    if status not in (400, 404):
         return False
     doc = json_object(body)
-    if doc is None or doc.get("code") != "not_found":
+    message = doc.get("message") if doc is not None else None
+    if not isinstance(message, str):
         return False
-    message = doc.get("message")
-    return isinstance(message, str) and _CONVERSATION_MISSING in message.lower()
+    if status == 400:
+        return doc.get("code") == "invalid_param" and _NOT_A_UUID in message
+    return doc.get("code") == "not_found" and _CONVERSATION_MISSING in message.lower()
 
 
 def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:

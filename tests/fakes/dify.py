@@ -98,6 +98,29 @@ _ERROR_EVENT_PRESET = {
     "message": "Internal Server Error, please contact support.",
 }
 _IMAGE_EXTS = {"jpg", "jpeg", "png", "webp", "gif", "svg"}
+# what Werkzeug sends for a route Dify does not have (seen from Dify 1.12.1)
+_NOT_FOUND_PAGE = (
+    "<!doctype html>\n<html lang=en>\n<title>404 Not Found</title>\n<h1>Not Found</h1>\n<p>The requested URL "
+    "was not found on the server. If you entered the URL manually please check your spelling and try again.</p>\n"
+)
+
+
+def _route_help(path: str) -> str:
+    """Flask-RESTX's suffix on a 404 raised inside a route (Dify 1.12.1 keeps ERROR_404_HELP on)."""
+    return (f" You have requested this URI [{path}] but did you mean {path} or {path.replace('/v1/', '/api/', 1)} "
+            f"or {path}/<string:task_id>/stop ?")
+
+
+def _check_uuid(cid: str) -> None:
+    """Dify 1.12.1 validates ``conversation_id`` with pydantic before anything else."""
+    try:
+        uuid.UUID(cid)
+    except ValueError:
+        raise _DifyError(
+            400, "invalid_param",
+            "1 validation error for ChatRequestPayload\nconversation_id\n  Value error, conversation_id must be a "
+            f"valid UUID [type=value_error, input_value='{cid[:40]}', input_type=str]\n    For further information "
+            "visit https://errors.pydantic.dev/2.11/v/value_error") from None
 _FILE_TYPES = {"image", "document", "audio", "video", "custom"}
 # 1x1 transparent PNG served for message_file URLs
 _PNG_1X1 = base64.b64decode(
@@ -286,7 +309,11 @@ class FakeDify(PlatformFake):
         self.retriever_resources: list[dict[str, Any]] = []
         self.usage: dict[str, Any] | None = None  # overrides merged into metadata.usage
         self.include_usage = True  # False: no metadata.usage / total_tokens (usage unknown)
+        #: the Start node's variables as /parameters lists them (``[{"text-input": {"variable",
+        #: "required", "max_length"}}]``, also "paragraph", "select" with "options", "number"); runs
+        #: are checked against them as Dify 1.12.1 does (api/core/app/apps/base_app_generator.py)
         self.user_input_form: list[dict[str, Any]] = []
+        self.published = True  # False: a chatflow/workflow app whose workflow was never published
         #: a Human Input node in the chatflow/workflow: {"node_title", "form_content", "inputs",
         #: "actions", "timeout" (seconds), "delivery": "webapp" | "email", "empty_data": bool}
         #: (shapes: langgenius/dify web/types/workflow.ts HumanInputFormData; docs.dify.ai "Get
@@ -388,9 +415,11 @@ class FakeDify(PlatformFake):
             if not isinstance(cid, str):
                 raise _DifyError(400, "invalid_param", "conversation_id must be a string")
             if cid:
+                _check_uuid(cid)
                 conv = self.conversations.get(cid)
                 if conv is None or conv.user != user:
-                    raise _DifyError(404, "not_found", "Conversation Not Exists.")
+                    raise _DifyError(404, "not_found", "Conversation Not Exists." + _route_help(req.path))
+            self._check_published(s)
             files = self._files(body, user)
         except _DifyError as e:
             await self._error(resp, e)
@@ -450,6 +479,7 @@ class FakeDify(PlatformFake):
             inputs = self._inputs(body, user)
             response_mode = self._response_mode(body)
             files = self._files(body, user)
+            self._check_published(s)
         except _DifyError as e:
             await self._error(resp, e)
             return
@@ -669,16 +699,9 @@ class FakeDify(PlatformFake):
         )
 
     async def not_found(self, req: Request, resp: Response) -> None:
-        """Flask-style 404 envelope."""
-        await resp.json(
-            404,
-            {
-                "code": "not_found",
-                "message": "The requested URL was not found on the server. If you entered the URL "
-                "manually please check your spelling and try again.",
-                "status": 404,
-            },
-        )
+        """An unknown route (or a ``<uuid:…>`` route given something else): Werkzeug's HTML page,
+        as the real Dify 1.12.1 answers it, not a JSON envelope."""
+        await resp.send(404, _NOT_FOUND_PAGE.encode(), content_type="text/html; charset=utf-8")
 
     # -- validation --------------------------------------------------------------------------
 
@@ -743,12 +766,35 @@ class FakeDify(PlatformFake):
             raise _DifyError(400, "invalid_param", "Arg user must be provided.")
         return user
 
+    def _check_published(self, s: SimpleNamespace) -> None:
+        if not self.published and s.mode in ("chatflow", "workflow"):
+            raise _DifyError(400, "invalid_param", "Workflow not published")
+
+    def _check_form(self, inputs: dict[str, Any]) -> None:
+        """The Start node's checks, in Dify's words (the first failing variable is reported)."""
+        for entry in self.user_input_form:
+            ((kind, var),) = entry.items()
+            name, value = var["variable"], inputs.get(var["variable"])
+            if value is None:
+                if var.get("required"):
+                    raise _DifyError(400, "invalid_param", f"{name} is required in input form")
+                continue
+            if kind in ("text-input", "paragraph", "select") and not isinstance(value, str):
+                raise _DifyError(400, "invalid_param", f"(type '{kind}') {name} in input form must be a string")
+            if kind == "select" and value not in var.get("options", []):
+                raise _DifyError(400, "invalid_param",
+                                 f"{name} in input form must be one of the following: {var.get('options', [])}")
+            limit = var.get("max_length")
+            if kind in ("text-input", "paragraph") and limit and len(value) > limit:
+                raise _DifyError(400, "invalid_param", f"{name} in input form must be less than {limit} characters")
+
     def _inputs(self, body: dict[str, Any], user: str) -> dict[str, Any]:
         if "inputs" not in body:
             raise _DifyError(400, "invalid_param", "inputs is required")
         inputs = body["inputs"]
         if not isinstance(inputs, dict):
             raise _DifyError(400, "invalid_param", "inputs must be an object")
+        self._check_form(inputs)
         for value in inputs.values():  # file-type variables: a file object or a list of them
             items = value if isinstance(value, list) else [value]
             for item in items:

@@ -190,7 +190,13 @@ async def test_conversation_continuity_and_404(srv: FakeDify, client: httpx.Asyn
 
     r = await client.post("/chat-messages", json={**CHAT, "conversation_id": str(uuid.uuid4())})
     assert r.status_code == 404
-    assert r.json() == {"status": 404, "code": "not_found", "message": "Conversation Not Exists."}
+    # as Dify 1.12.1 sends it: Flask-RESTX's route suggestions follow Dify's own words
+    assert r.json() == {"status": 404, "code": "not_found", "message": (
+        "Conversation Not Exists. You have requested this URI [/v1/chat-messages] but did you mean "
+        "/v1/chat-messages or /api/chat-messages or /v1/chat-messages/<string:task_id>/stop ?")}
+    r = await client.post("/chat-messages", json={**CHAT, "conversation_id": "not-a-uuid"})
+    assert r.status_code == 400 and r.json()["code"] == "invalid_param"
+    assert "conversation_id must be a valid UUID" in r.json()["message"]
     r = await client.post("/chat-messages", json={**CHAT, "user": "u2", "conversation_id": cid})
     assert r.status_code == 404
     r = await client.post("/chat-messages", json={**CHAT, "conversation_id": ""})
@@ -231,8 +237,9 @@ async def test_auth(srv: FakeDify):
 
 
 async def test_unknown_route_and_method(client: httpx.AsyncClient):
-    r = await client.get("/nope")
-    assert r.status_code == 404 and r.json()["code"] == "not_found"
+    r = await client.get("/nope")  # Werkzeug's page, as Dify 1.12.1 answers an unknown route
+    assert r.status_code == 404 and r.headers["content-type"].startswith("text/html")
+    assert "The requested URL was not found on the server" in r.text
     r = await client.get("/chat-messages")
     assert r.status_code == 405
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import time
 from types import SimpleNamespace
 
@@ -335,3 +336,68 @@ async def test_deadline_from_migrated_timeout_is_respected(srv, host, runner):
     assert (code, retryable) == ("upstream.timeout", True)
     assert time.time() < start + 2
     assert "Hello" not in dump([r for r in results if rtype(r) == "run.failed"])
+
+
+# --- what a real Dify 1.12.1 showed (tests/real_peers/test_dify_real.py) ---------------------------
+
+
+async def test_an_unpublished_app_tells_the_owner_to_publish_it(srv, host, runner):
+    srv.mode = "workflow"
+    srv.published = False
+    code, retryable, message = failure(await run(runner, host, config=cfg(srv, **{"app-type": "workflow"})))
+    assert (code, retryable) == ("config.invalid", False), message
+    assert "Workflow not published" in message and "publish the app in Dify" in message
+
+
+async def test_start_node_inputs_name_what_to_change(srv, host, runner):
+    srv.mode = "workflow"
+    srv.user_input_form = [{"paragraph": {"variable": "ticket", "required": True, "max_length": None}}]
+    workflow = cfg(srv, **{"app-type": "workflow"})
+    code, _, message = failure(await run(runner, host, config=workflow))
+    assert code == "config.invalid" and "“ticket”" in message and "Extra app inputs" in message, message
+    given = await run(runner, host, config={**workflow, "advanced-settings": True, "inputs": {"ticket": "T-7"}})
+    assert rtype(terminal(given)) == "run.completed"
+    # a short-text variable Dify caps (its default is 48 characters) and a member's long message
+    srv.user_input_form = [{"text-input": {"variable": "langbot_user_message_text", "required": True,
+                                           "max_length": 48}}]
+    code, _, message = failure(await run(runner, host, "x" * 49, config=workflow))
+    assert code == "input.too_large" and "at most 48 characters" in message and "Paragraph" in message, message
+    assert rtype(terminal(await run(runner, host, "x" * 48, config=workflow))) == "run.completed"
+    srv.user_input_form = [{"select": {"variable": "tone", "required": False, "options": ["warm", "dry"]}}]
+    code, _, message = failure(await run(runner, host, config={**workflow, "advanced-settings": True,
+                                                                "inputs": {"tone": "loud"}}))
+    assert code == "config.invalid" and "“tone”" in message and "Extra app inputs" in message, message
+
+
+async def test_flask_route_suggestions_never_reach_the_chat(srv, host, runner):
+    """Dify 1.12.1 appends Flask-RESTX's "You have requested this URI [...] but did you mean ..."
+    to a 404 raised inside a route; the owner is shown Dify's own words only."""
+    from dify_agent.errors import conversation_missing, parse_envelope
+
+    real = (b'{"code":"not_found","message":"Conversation Not Exists. You have requested this URI '
+            b'[\\/v1\\/chat-messages] but did you mean \\/v1\\/chat-messages or \\/api\\/chat-messages or '
+            b'\\/v1\\/chat-messages\\/<string:task_id>\\/stop ?","status":404}')
+    assert conversation_missing(404, real)
+    err = parse_envelope(404, real, "application/json")
+    assert err.message == "Dify error HTTP 404 not_found: Conversation Not Exists.", err.message
+    # an unknown route is Werkzeug's HTML page (base-url without /v1)
+    code, _, message = failure(await run(runner, host, config=cfg(srv, **{"base-url": srv.base_url.removesuffix("/v1")})))
+    assert code == "upstream.not_found" and "/v1" in message and "did you mean" not in message, message
+
+
+async def test_a_stored_id_dify_cannot_parse_starts_a_fresh_conversation(srv, host, runner):
+    """Dify 1.12.1 refuses a conversation_id that is not a UUID with 400 invalid_param before
+    anything else; kept, such an id would fail every later message of the conversation."""
+    await run(runner, host, "one", config=cfg(srv))
+    scope = host.scope_key(Identity(), "conversation")
+    stored = host.store.get(scope, SESSION)
+    cid = state_updates(await run(runner, host, "two", config=cfg(srv)))  # unchanged: nothing re-sent
+    assert cid == {}
+    old = chat_bodies(srv)[1]["conversation_id"]
+    assert old in json.dumps(stored)
+    host.store.set(scope, SESSION, json.loads(json.dumps(stored).replace(old, "conv-from-elsewhere")))
+    results = await run(runner, host, "three", config=cfg(srv))
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    bodies = chat_bodies(srv)
+    assert bodies[-2]["conversation_id"] == "conv-from-elsewhere" and bodies[-1]["conversation_id"] == ""
+    assert final_text(results).endswith("Hello, world!") and final_text(results) != "Hello, world!"
