@@ -22,6 +22,7 @@ import mimetypes
 import os
 import re
 import stat
+import unicodedata
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -109,6 +110,27 @@ async def download(f: InputFile, *, max_bytes: int, budget: float) -> bytes:
     if f.data is not None or f.url is None:
         return f.data or b""
     return (await fetch(f.url, label=_q(f.name), max_bytes=max_bytes, budget=budget)).data
+
+
+# refused in file names by Windows and by upload routes (Dify 1.12.1 api/services/file_service.py
+# answers 400 "Filename contains invalid characters" for any of them: "Screenshot 12:30.png" failed)
+_NAME_FORBIDDEN = frozenset('/\\:*?"<>|')
+# control, format (direction marks), line/paragraph separators, surrogates, private and unassigned
+_NAME_DROPPED = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn"})
+
+
+def safe_file_name(name: str, *, max_stem_bytes: int = 120, max_ext_chars: int = 16) -> str:
+    """``name`` as every platform's upload takes it: path separators, ``:*?"<>|``, control and format
+    characters and ``..`` become ``_``; leading and trailing dots and blanks go; the part before the
+    extension is cut to ``max_stem_bytes`` of UTF-8 (an extension longer than ``max_ext_chars`` counts
+    as part of the name). Never empty: ``file``."""
+    clean = "".join("_" if ch in _NAME_FORBIDDEN or unicodedata.category(ch) in _NAME_DROPPED else ch
+                    for ch in name or "").replace("..", "_").strip(" .")
+    stem, dot, ext = clean.rpartition(".")
+    if not dot or not stem or len(ext) > max_ext_chars or not ext.strip():
+        stem, ext = clean, ""
+    stem = stem.encode("utf-8")[:max_stem_bytes].decode("utf-8", "ignore").strip(" .") or "file"
+    return f"{stem}.{ext.strip()}" if ext.strip() else stem
 
 
 def upload_failed(name: str, err: RunnerError) -> RunnerError:

@@ -36,7 +36,7 @@ from runner_kit import errors
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
-from runner_kit.inputs import InputFile, upload_all, upload_failed
+from runner_kit.inputs import InputFile, safe_file_name, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.pending import PendingAction
 from runner_kit.results import progress_line
@@ -123,7 +123,7 @@ class CozeAdapter(Adapter):
         kind = "image" if f.kind == "image" or f.mime_type.startswith("image/") else "file"
         if f.url is not None:
             return {"type": kind, "file_url": f.url}
-        name = f.name.replace("/", "_").replace("\\", "_") or "file"
+        name = safe_file_name(f.name)
 
         def on_error(status: int, raw: bytes, ctype: str) -> RunnerError:
             return upload_failed(name, parse_http_error(status, raw, ctype))

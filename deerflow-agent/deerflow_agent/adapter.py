@@ -63,7 +63,7 @@ from runner_kit.http import (
     timeout_for,
     transport_error,
 )
-from runner_kit.inputs import InputFile
+from runner_kit.inputs import InputFile, safe_file_name
 from runner_kit.logs import get_logger
 from runner_kit.netguard import fetch
 from runner_kit.pending import PendingAction
@@ -249,7 +249,7 @@ class DeerFlowAdapter(Adapter):
 
     async def _upload(self, files: list[InputFile]) -> list[dict[str, Any]]:
         """DeerFlow's ``POST /api/threads/{id}/uploads`` (multipart ``files``), in one request."""
-        parts = [("files", (f.name.replace("/", "_").replace("\\", "_") or "file", f.data or b"", f.mime_type))
+        parts = [("files", (safe_file_name(f.name), f.data or b"", f.mime_type))
                  for f in files]
         names = ", ".join(repr(p[1][0]) for p in parts)
 

@@ -25,7 +25,7 @@ import httpx
 from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, shown_url, timeout_for
-from runner_kit.inputs import InputFile, upload_all, upload_failed
+from runner_kit.inputs import InputFile, safe_file_name, upload_all, upload_failed
 from runner_kit.logs import get_logger
 from runner_kit.pending import Incomplete, PendingAction
 from runner_kit.runner import CANCEL_GRACE, Adapter
@@ -96,7 +96,7 @@ class DifyAdapter(Adapter):
         ftype = _file_type(f)
         if f.url is not None:
             return {"type": ftype, "transfer_method": "remote_url", "url": f.url}
-        name = f.name.replace("/", "_").replace("\\", "_") or "file"
+        name = safe_file_name(f.name)
         async with open_stream(
             self.env.client,
             "POST",

@@ -17,10 +17,9 @@ the second, v2 by the name).
 
 from __future__ import annotations
 
-import unicodedata
 import uuid
 
-from runner_kit.inputs import InputFile
+from runner_kit.inputs import InputFile, safe_file_name
 
 MAX_STEM_BYTES = 120
 MAX_EXT_CHARS = 16
@@ -30,20 +29,9 @@ def is_image(f: InputFile) -> bool:
     return f.kind == "image" or (f.mime_type or "").lower().startswith("image/")
 
 
-def _safe(text: str) -> str:
-    out = []
-    for ch in text:
-        cat = unicodedata.category(ch)
-        out.append("_" if ch in '/\\:*?"<>|' or cat in ("Cc", "Cf", "Zl", "Zp", "Cs", "Co", "Cn") else ch)
-    return "".join(out).replace("..", "_")
-
-
 def upload_name(name: str, tag: str | None = None) -> str:
     """``report.pdf`` → ``report-1a2b3c4d.pdf``: a name both upload routes accept and no other upload has."""
     tag = tag or uuid.uuid4().hex[:8]
-    clean = _safe(name or "").strip(" .")
+    clean = safe_file_name(name, max_stem_bytes=MAX_STEM_BYTES, max_ext_chars=MAX_EXT_CHARS)
     stem, dot, ext = clean.rpartition(".")
-    if not dot or not stem or len(ext) > MAX_EXT_CHARS or not ext.strip():
-        stem, ext = clean, ""
-    stem = stem.encode("utf-8")[:MAX_STEM_BYTES].decode("utf-8", "ignore").strip(" .") or "file"
-    return f"{stem}-{tag}.{ext.strip()}" if ext else f"{stem}-{tag}"
+    return f"{stem}-{tag}.{ext}" if dot and stem else f"{clean}-{tag}"

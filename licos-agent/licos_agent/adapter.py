@@ -44,6 +44,7 @@ from runner_kit import events as ev
 from runner_kit.errors import RunnerError
 from runner_kit.history import recent_messages
 from runner_kit.http import base_url, finish_body, open_stream, read_json, shown_url, timeout_for
+from runner_kit.inputs import safe_file_name
 from runner_kit.logs import get_logger
 from runner_kit.runner import CANCEL_GRACE, Adapter
 from runner_kit.streams import iter_sse
@@ -157,7 +158,7 @@ class LicosAdapter(Adapter):
                 url = f.url
             else:
                 continue
-            name = f.name.replace("/", "_").replace("\\", "_") or "file"
+            name = safe_file_name(f.name)
             self.files.append(name)
             blocks.append({"type": "upload_file",
                            "content": {"upload_file": {"file_name": name, "url": url, "mime_type": f.mime_type}}})

@@ -602,7 +602,7 @@ class FakeDify(PlatformFake):
                 raise _DifyError(415, "unsupported_file_type", "File type not allowed.")
             if not part.filename:
                 raise _DifyError(400, "filename_not_exists_error", "The specified filename does not exist.")
-            if "/" in part.filename or "\\" in part.filename:
+            if any(c in part.filename for c in '/\\:*?"<>|'):  # as Dify 1.12.1 (file_service.py) checks
                 raise _DifyError(400, "invalid_param", "Filename contains invalid characters")
             ext = part.filename.rsplit(".", 1)[-1].lower() if "." in part.filename else ""
             limit = self.max_image_upload_bytes if ext in _IMAGE_EXTS else self.max_upload_bytes

@@ -184,3 +184,30 @@ async def test_upload_all_keeps_order_and_raises_the_first_failure_itself():
     else:
         raise AssertionError("a failed upload fails the run")
     assert sorted(cancelled) == ["f0", "f2"], "the other uploads are cancelled"
+
+
+@pytest.mark.parametrize(("given", "expected"), [
+    ("Screenshot 2026-12-06 at 12:30:05.png", "Screenshot 2026-12-06 at 12_30_05.png"),  # macOS names
+    ('what?"<is>|this*.txt', "what___is__this_.txt"),
+    ("../../etc/passwd", "____etc_passwd"),
+    ("C:\\Users\\ann\\report.pdf", "C__Users_ann_report.pdf"),
+    ("invoice\u202efdp.exe", "invoice_fdp.exe"),  # a direction mark never reverses the shown name
+    ("line\nbreak\r.txt", "line_break_.txt"),
+    ("", "file"),
+    ("...", "_"),
+    (" .hidden ", "hidden"),
+    ("报告.docx", "报告.docx"),
+    ("a." + "x" * 40, "a." + "x" * 40),  # an "extension" too long to be one stays in the name
+])
+def test_safe_file_name_is_taken_by_every_upload_route(given, expected):
+    from runner_kit.inputs import safe_file_name
+
+    assert safe_file_name(given) == expected
+
+
+def test_safe_file_name_cuts_the_name_not_the_extension():
+    from runner_kit.inputs import safe_file_name
+
+    name = safe_file_name("长" * 100 + ".pdf")
+    assert name.endswith(".pdf") and len(name.removesuffix(".pdf").encode()) <= 120
+    assert name.removesuffix(".pdf") == "长" * 40  # whole characters only

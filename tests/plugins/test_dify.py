@@ -401,3 +401,16 @@ async def test_a_stored_id_dify_cannot_parse_starts_a_fresh_conversation(srv, ho
     bodies = chat_bodies(srv)
     assert bodies[-2]["conversation_id"] == "conv-from-elsewhere" and bodies[-1]["conversation_id"] == ""
     assert final_text(results).endswith("Hello, world!") and final_text(results) != "Hello, world!"
+
+
+async def test_a_file_name_dify_refuses_is_made_safe_not_fatal(srv, host, runner):
+    """Dify 1.12.1 refuses ``: * ? " < > |`` in upload names (400 "Filename contains invalid
+    characters"); a macOS screenshot's name has colons, and the whole message used to fail."""
+    contents = [{"type": "file_base64", "file_base64": base64.b64encode(b"notes").decode(),
+                 "file_name": "Screenshot 2026-12-06 at 12:30:05.txt"},
+                {"type": "file_base64", "file_base64": base64.b64encode(b"more").decode(),
+                 "file_name": 'what?"<is>|this*.txt'}]
+    results = await run(runner, host, "read these", config=cfg(srv), contents=contents)
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    assert sorted(u.name for u in srv.uploads.values()) == ["Screenshot 2026-12-06 at 12_30_05.txt",
+                                                             "what___is__this_.txt"]

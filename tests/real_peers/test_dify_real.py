@@ -32,7 +32,17 @@ import pytest
 
 from runner_kit.http import close_shared_client
 from runners_cli.host import Identity, LocalHost
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import (
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    messages,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
 from tests.real_peers import dify_apps, dify_server, peers
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_peers, pytest.mark.timeout(900)]
@@ -198,19 +208,67 @@ async def test_a_langbot_reset_deletes_the_dify_conversation(dify):
 
 
 async def test_files_reach_the_chatflow(dify, tmp_path, monkeypatch):
+    """An image and a document, the document named as a macOS screenshot is (Dify refuses ``:`` in
+    upload names: the plugin sends ``_`` instead of failing the message)."""
     monkeypatch.setenv("RUNNER_KIT_FILE_DIRS", str(tmp_path))
-    (tmp_path / "notes.txt").write_text("meeting notes", encoding="utf-8")
+    (tmp_path / "notes 12:30.txt").write_text("meeting notes", encoding="utf-8")
     host = _host()
     runner = make_runner(PLUGIN, host)
     contents = [{"type": "image_base64", "image_base64": f"data:image/png;base64,{PNG_DOT}"}]
-    attachments = [{"type": "file", "source": "message_chain", "path": str(tmp_path / "notes.txt"), "name": "notes.txt"}]
+    attachments = [{"type": "file", "source": "message_chain", "path": str(tmp_path / "notes 12:30.txt"),
+                    "name": "notes 12:30.txt"}]
     results = await run(runner, host, "what are these", config=_config(dify, "chatflow_files"), contents=contents,
                         attachments=attachments)
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     text = final_text(results)
     assert text.startswith("got: what are these | files: "), text
-    assert "notes.txt" in text, text
+    assert "notes 12_30.txt" in text, text
     assert text.count("](") >= 2, f"both files reached the run as Dify files: {text}"
+
+
+# --- a long conversation, overlapping members ------------------------------------------------------
+
+
+async def test_a_long_conversation_stays_one_dify_conversation(dify):
+    """120 turns: every one continues the same Dify conversation and sees the turn before it."""
+    host = _host()
+    runner = make_runner(PLUGIN, host)
+    cfg = _config(dify, "chatflow")
+    ident = Identity(conversation_id="conv-long")
+    cid = _conversation(await run(runner, host, "turn 0", config=cfg, identity=ident))
+    for n in range(1, 120):
+        results = await run(runner, host, f"turn {n}", config=cfg, identity=ident)
+        assert final_text(results) == f"echo: turn {n} | last: turn {n - 1}", (n, terminal(results).data)
+        assert state_updates(results) == {}, n
+    with dify.service("chatflow") as api:
+        page = api.get("/messages", params={"user": "user_u-1", "conversation_id": cid, "limit": 100}).json()
+    assert page["has_more"] is True and len(page["data"]) == 100
+
+
+@pytest.mark.parametrize("source", ["actor", "conversation"])
+async def test_overlapping_members_lose_nothing(dify, source):
+    """Three members write at the same moment, twice: every message is answered once, in a kept
+    conversation (one each with ``actor``; one shared, taken in turn, with ``conversation``)."""
+    host = _host()
+    runner = make_runner(PLUGIN, host)
+    cfg = _config(dify, "chatflow", **{"user-id-source": source})
+    people = [Identity(conversation_id=f"overlap-{source}", actor_id=name, actor_name=name) for name in ("ann", "bob", "cy")]
+    answers: list[str] = []
+    for round_ in (1, 2):
+        batch = await asyncio.gather(*(run(runner, host, f"{p.actor_id}-{round_}", config=cfg, identity=p)
+                                       for p in people))
+        for results in batch:
+            assert rtype(terminal(results)) == "run.completed", terminal(results).data
+            shown = messages(results)  # a run that waited for the one before it may first say so
+            assert len(shown) <= 2 and shown[-1].startswith("echo: "), shown
+            answers.append(shown[-1])
+    said = sorted(a.split(" | ")[0].removeprefix("echo: ") for a in answers)
+    assert said == sorted(f"{n}-{r}" for n in ("ann", "bob", "cy") for r in (1, 2))
+    lasts = [a.split(" | last: ")[1] for a in answers]
+    if source == "actor":
+        assert sorted(lasts) == ["ann-1", "bob-1", "cy-1", "none", "none", "none"], answers
+    else:
+        assert lasts.count("none") == 1, f"one shared conversation, each turn after another: {answers}"
 
 
 # --- workflow apps ---------------------------------------------------------------------------------
