@@ -4,8 +4,8 @@ Stream event order (platforms.md §1):
 - Chatbot: ``message``* → ``message_end``
 - Agent: (``agent_thought`` | ``agent_message`` | ``message_file``)* → ``message_end``
 - New Agent: ``agent_message``* with ``agent_thought`` → one closing full ``message`` → ``message_end``
-- Chatflow: ``workflow_started`` → node events, ``reasoning_chunk``*, ``message``* → ``message_end`` →
-  ``workflow_finished``
+- Chatflow: ``workflow_started`` → node events, ``reasoning_chunk``*, ``message``* → ``workflow_finished``
+  → ``message_end`` (Dify 1.12.1; the order was the other way round before, and either is read)
 - Workflow (``/workflows/run``): ``workflow_started`` → ``text_chunk``* → ``workflow_finished``
 - Any of them may end with an ``error`` event (HTTP status stays 200); ``event: ping`` keep-alives
   arrive every 10 s without data.
@@ -23,6 +23,7 @@ from urllib.parse import quote, urljoin
 import httpx
 
 from runner_kit import events as ev
+from runner_kit import outfiles
 from runner_kit.errors import RunnerError
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, shown_url, timeout_for
 from runner_kit.inputs import InputFile, safe_file_name, upload_all, upload_failed
@@ -39,6 +40,8 @@ from .human_input import Form
 log = get_logger("runner_kit.dify")
 
 MAX_JSON_BODY = 16 * 1024 * 1024
+MAX_FILES_OUT = outfiles.MAX_FILES  # files one answer links at most
+_DIFY_FILE = "__dify__file__"  # how Dify marks a file object in outputs and message_end.files
 
 
 def _file_type(f: InputFile) -> str:
@@ -172,7 +175,7 @@ class DifyAdapter(Adapter):
         ctype = resp.headers.get("content-type", "").lower()
         state = _StreamState()
         events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
-        async with aclosing(sse_objects(events, self.platform, complete=lambda: state.message_ended)) as objects:
+        async with aclosing(sse_objects(events, self.platform, complete=state.answered)) as objects:
             async for data in objects:
                 for item in self._map(data, state):
                     yield item
@@ -181,6 +184,8 @@ class DifyAdapter(Adapter):
         if state.finished:
             await finish_body(events)  # lets the connection be reused
         self._done = True
+        if not state.usage_seen and state.run_tokens is not None:  # a chatflow whose message_end never came
+            yield ev.Usage(total_tokens=state.run_tokens)
         if not state.seen_events:
             if "event-stream" not in ctype:
                 raise RunnerError(
@@ -192,7 +197,7 @@ class DifyAdapter(Adapter):
             for item in self._ask(state):
                 yield item
             return
-        if not state.finished and not state.message_ended:
+        if not state.finished and not state.answered():
             raise RunnerError(
                 "upstream.unavailable", f"{self.platform} closed the stream before the answer finished"
             )
@@ -233,11 +238,9 @@ class DifyAdapter(Adapter):
             out.extend(self._thought(data, st))
         elif name == "message_file":
             if data.get("belongs_to", "assistant") == "assistant" and data.get("url"):
-                url = data["url"]
-                if url.startswith("/"):  # a link for the chat: never with the base URL's user:password@
-                    url = urljoin(shown_url(self.base) + "/", url)
+                st.files_seen = True
                 kind = "image" if data.get("type") == "image" else "file"
-                out.append(ev.Attachment(url=url, kind=kind))
+                out.append(ev.Attachment(url=self._link(data["url"]), kind=kind))
         elif name == "message_replace":
             out.append(ev.ReplaceText(data.get("answer") or ""))
         elif name == "message_end":
@@ -245,13 +248,17 @@ class DifyAdapter(Adapter):
             if isinstance(usage, dict):
                 st.usage_seen = True
                 out.append(_usage(usage))
-            # a chatflow still sends workflow_finished, but the answer is complete from here on
+            if not st.files_seen:  # a chatflow's Answer files come only here (chat apps send message_file)
+                out.extend(self._attachments(data.get("files"), st))
             st.message_ended = True
-            if self.app_type != "chatflow":
-                st.finished = True
+            st.run_tokens = None  # message_end's usage is the turn's
+            # a chatflow sends both, workflow_finished first (Dify 1.12.1): the answer is complete
+            # with either, and read on to the other for its usage and files
+            st.finished = self.app_type != "chatflow" or st.workflow_done
         elif name == "workflow_finished":
             out.extend(self._workflow_finished(data.get("data") or {}, st))
-            st.finished = True
+            st.workflow_done = True
+            st.finished = self.app_type != "chatflow" or st.message_ended
         elif name == "human_input_required":
             # the run waits for a Human Input form; the stream then sends workflow_paused and ends
             form = data.get("data") if isinstance(data.get("data"), dict) else {}
@@ -269,6 +276,38 @@ class DifyAdapter(Adapter):
         elif name not in const.IGNORED_EVENTS and name not in self._unknown:
             self._unknown.add(str(name))
             log.info("%s: skipping unknown stream event %r", self.platform, name)
+        return out
+
+    def _link(self, url: str) -> str:
+        """A Dify file link for the chat: a relative one joined to the API's host, never with the
+        base URL's user:password@."""
+        return urljoin(shown_url(self.base) + "/", url) if url.startswith("/") else url
+
+    def _attachments(self, files: Any, st: _StreamState) -> list[ev.Event]:
+        """Files Dify put in an answer (a chatflow's ``message_end.files``, a workflow's file
+        outputs) as attachments: signed links, images shown, others linked; at most
+        :data:`MAX_FILES_OUT`, each once, the rest named in one line."""
+        out: list[ev.Event] = []
+        left: list[str] = []
+        for f in files if isinstance(files, list) else []:
+            if not isinstance(f, dict):
+                continue
+            url = f.get("url") or f.get("remote_url")
+            if not isinstance(url, str) or not url.startswith(("/", "http://", "https://")):
+                continue
+            key = str(f.get("related_id") or f.get("id") or url.split("?", 1)[0])
+            if key in st.files:
+                continue
+            st.files.add(key)
+            name = str(f.get("filename") or "") or None
+            if len(st.files) > MAX_FILES_OUT:
+                left.append(name or "file")
+                continue
+            mime = str(f.get("mime_type") or "") or None
+            image = f.get("type") == "image" or (mime or "").startswith("image/")
+            out.append(ev.Attachment(url=self._link(url), kind="image" if image else "file", name=name, mime_type=mime))
+        if left:
+            out.append(ev.Text(outfiles.left_out_note([outfiles.too_many(n) for n in left])))
         return out
 
     def _thought(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
@@ -309,11 +348,17 @@ class DifyAdapter(Adapter):
             raise RunnerError("upstream.error", f"the {self.platform} workflow {status}: {str(detail)[:300]}")
         out: list[ev.Event] = []
         if self.workflow:
-            answer = _pick_output(wf.get("outputs"), self.env.config.get("workflow-output-key") or "")
+            outputs = wf.get("outputs")
+            answer = _pick_output(outputs, self.env.config.get("workflow-output-key") or "")
             if answer is not None:
                 out.append(ev.FinalText(answer))
+            if isinstance(outputs, dict):
+                out.extend(self._attachments([f for v in outputs.values() for f in _files_in(v)], st))
         if not st.usage_seen and wf.get("total_tokens") is not None:
-            out.append(ev.Usage(total_tokens=_int(wf.get("total_tokens"))))
+            if self.app_type == "chatflow" and not st.message_ended:
+                st.run_tokens = _int(wf.get("total_tokens"))  # message_end's usage follows
+            else:
+                out.append(ev.Usage(total_tokens=_int(wf.get("total_tokens"))))
         return out
 
     def _blocking(self, doc: Any) -> list[ev.Event]:
@@ -473,10 +518,14 @@ class _StreamState:
         "agent_messages",
         "agent_text",
         "conversation_id",
+        "files",
+        "files_seen",
         "finished",
         "form",
         "paused",
         "paused_run",
+        "run_tokens",
+        "workflow_done",
         "text_seen",
         "last_thought_at",
         "message_ended",
@@ -492,10 +541,14 @@ class _StreamState:
         self.agent_text: list[str] = []  # agent_message answers so far
         self.agent_len = 0  # their total length
         self.conversation_id: str | None = None
+        self.files: set[str] = set()  # Dify files attached to this answer (by upload id or link)
+        self.files_seen = False  # message_file events came (chat and agent apps): message_end repeats them
         self.finished = False
         self.form: dict[str, Any] | None = None  # the human_input_required data (+ run ids)
         self.paused = False  # workflow_paused came: the stream ends here
         self.paused_run: str | None = None
+        self.run_tokens: int | None = None  # a chatflow's workflow_finished total, until message_end's usage
+        self.workflow_done = False  # workflow_finished came
         self.text_seen = False
         self.last_thought_at = 0  # agent_len at the most recent agent_thought
         self.message_ended = False
@@ -504,6 +557,10 @@ class _StreamState:
         self.step_start = 0  # agent_len when that step's text began (the previous step's last thought)
         self.thoughts: dict[str, dict[str, Any]] = {}
         self.usage_seen = False
+
+    def answered(self) -> bool:
+        """The answer is complete: a cut stream after this loses nothing the chat needs."""
+        return self.message_ended or self.workflow_done
 
 
 def _not_taken(title: str, exc: RunnerError) -> RunnerError:
@@ -537,7 +594,15 @@ def _usage(usage: dict[str, Any]) -> ev.Usage:
     )
 
 
+def _files_in(value: Any) -> list[dict[str, Any]]:
+    """The Dify files in one workflow output: a file object, or a list of them."""
+    items = value if isinstance(value, list) else [value]
+    return [v for v in items if isinstance(v, dict) and v.get("dify_model_identity") == _DIFY_FILE]
+
+
 def _pick_output(outputs: Any, key: str) -> str | None:
+    """The workflow output that is the answer's text. File outputs are attached, not printed: an
+    answer that has only files has no text."""
     if not isinstance(outputs, dict) or not outputs:
         return None
     if key:
@@ -547,7 +612,12 @@ def _pick_output(outputs: Any, key: str) -> str | None:
                 "config.invalid",
                 f"the workflow has no output named '{key}' (it has: {', '.join(sorted(outputs))[:200]})",
             )
+        if value and _files_in(value):
+            return ""
         return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    outputs = {k: v for k, v in outputs.items() if not (v and _files_in(v))} or None
+    if outputs is None:
+        return ""
     for k in const.OUTPUT_KEYS:
         if isinstance(outputs.get(k), str):
             return outputs[k]

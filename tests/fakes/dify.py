@@ -11,7 +11,7 @@ Stream event order per ``srv.mode`` (every data event is ``data: {json}\\n\\n``;
 - ``new-agent``: agent_thought -> agent_message* -> message(complete answer) -> message_end
 - ``chatflow``:  workflow_started -> node_started/node_finished(start) -> node_started(llm)
                  -> reasoning_chunk* -> message* -> node_finished(llm) -> node_started/finished(answer)
-                 -> message_end -> workflow_finished
+                 -> workflow_finished -> message_end (the order Dify 1.12.1 sends)
 - ``workflow``:  workflow_started -> node_started/finished(start) -> node_started(llm) -> text_chunk*
                  -> node_finished(llm) -> node_started/finished(end) -> workflow_finished
 - ``completion``: a text-generator app; /chat-messages answers 400 ``not_chat_app`` and
@@ -54,6 +54,7 @@ from .http_server import PlatformFake, Request, Response, fault_names
 
 __all__ = [
     "FAULTS",
+    "dify_file",
     "MODES",
     "Conversation",
     "FakeDify",
@@ -103,6 +104,17 @@ _NOT_FOUND_PAGE = (
     "<!doctype html>\n<html lang=en>\n<title>404 Not Found</title>\n<h1>Not Found</h1>\n<p>The requested URL "
     "was not found on the server. If you entered the URL manually please check your spelling and try again.</p>\n"
 )
+
+
+def dify_file(file_id: str, filename: str, mime_type: str, base: str = "", kind: str | None = None) -> dict[str, Any]:
+    """A file object as Dify 1.12.1 puts it in ``message_end.files`` and workflow outputs: a signed
+    preview link under FILES_URL (``base``; relative when that is unset)."""
+    ext = filename.rsplit(".", 1)[-1] if "." in filename else ""
+    url = f"{base}/files/{file_id}/file-preview?timestamp=1796537556&nonce={file_id[:8]}&sign=c2lnbmVk"
+    return {"dify_model_identity": "__dify__file__", "id": None, "tenant_id": str(uuid.uuid4()),
+            "type": kind or ("image" if mime_type.startswith("image/") else "document"), "transfer_method": "local_file",
+            "remote_url": url, "related_id": file_id, "filename": filename, "extension": f".{ext}" if ext else "",
+            "mime_type": mime_type, "size": 69, "url": url}
 
 
 def _route_help(path: str) -> str:
@@ -314,6 +326,10 @@ class FakeDify(PlatformFake):
         #: are checked against them as Dify 1.12.1 does (api/core/app/apps/base_app_generator.py)
         self.user_input_form: list[dict[str, Any]] = []
         self.published = True  # False: a chatflow/workflow app whose workflow was never published
+        #: files in the answer (see :func:`dify_file`): a chatflow lists them in ``message_end.files``
+        #: and ``workflow_finished.outputs.files``, a workflow in ``outputs.files`` (as Dify 1.12.1 does
+        #: for an Answer or End node that outputs a file variable; no ``message_file`` events)
+        self.answer_files: list[dict[str, Any]] = []
         #: a Human Input node in the chatflow/workflow: {"node_title", "form_content", "inputs",
         #: "actions", "timeout" (seconds), "delivery": "webapp" | "email", "empty_data": bool}
         #: (shapes: langgenius/dify web/types/workflow.ts HumanInputFormData; docs.dify.ai "Get
@@ -951,7 +967,8 @@ class FakeDify(PlatformFake):
         metadata: dict[str, Any] = {"usage": self._usage(run)} if run.s.include_usage else {}
         if run.s.mode != "new-agent":  # New Agent never sends retriever_resources
             metadata["retriever_resources"] = list(self.retriever_resources)
-        return self._event(run, "message_end", id=run.message_id, metadata=metadata, files=[])
+        files = list(self.answer_files) if run.s.mode == "chatflow" else []
+        return self._event(run, "message_end", id=run.message_id, metadata=metadata, files=files)
 
     def _error_event(self, run: _Run, err: dict[str, Any]) -> dict[str, Any]:
         return self._event(
@@ -1025,9 +1042,9 @@ class FakeDify(PlatformFake):
         if run.kind == "workflow":
             await sse.send(self._workflow_finished(run, "stopped"), last=True)
             return "stopped"
-        if run.s.mode == "chatflow":
-            await sse.send(self._message_end(run))
-            await sse.send(self._workflow_finished(run, "stopped"), last=True)
+        if run.s.mode == "chatflow":  # Dify 1.12.1: workflow_finished (stopped), then message_end
+            await sse.send(self._workflow_finished(run, "stopped"))
+            await sse.send(self._message_end(run), last=True)
         else:
             await sse.send(self._message_end(run), last=True)
         return "stopped"
@@ -1146,6 +1163,8 @@ class FakeDify(PlatformFake):
             outputs = {run.s.workflow_output_key: run.answer}
         else:
             outputs = {"answer": run.answer}
+        if self.answer_files:
+            outputs["files"] = list(self.answer_files)
         data = {
             "id": run.workflow_run_id,
             "workflow_id": run.workflow_id,
@@ -1233,8 +1252,9 @@ class FakeDify(PlatformFake):
             await sse.send(
                 self._event(run, "message_replace", answer=s.replace_with, reason="output_moderation")
             )
-        await sse.send(self._message_end(run))
-        await sse.send(self._workflow_finished(run, "succeeded"), last=True)
+        # Dify 1.12.1 ends a chatflow with workflow_finished, then message_end (usage, files)
+        await sse.send(self._workflow_finished(run, "succeeded"))
+        await sse.send(self._message_end(run), last=True)
         return "succeeded"
 
     async def _stream_workflow(self, run: _Run, sse: _SSE) -> str:
@@ -1401,9 +1421,10 @@ class FakeDify(PlatformFake):
         else:
             await self._node_pair(run, sse, self._node(run, "answer", "answer", "Answer", 5),
                                   outputs={"answer": run.answer})
-            await sse.send(self._message_end(run))
         run.finished = self._workflow_finished(run, "succeeded")
-        await sse.send(run.finished, last=True)
+        await sse.send(run.finished, last=run.kind == "workflow")
+        if run.kind != "workflow":  # as a chatflow's first stream ends: message_end last
+            await sse.send(self._message_end(run), last=True)
         if run.turn is not None:
             run.turn.status, run.turn.answer = "succeeded", run.answer
         if run.workflow is not None:

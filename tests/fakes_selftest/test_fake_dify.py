@@ -130,13 +130,13 @@ async def test_chatflow_with_reasoning(srv: FakeDify, client: httpx.AsyncClient)
     srv.reasoning = "Let me think about it."
     ev = [e for e in await stream(client) if e["event"] != "ping"]
     n = names(ev)
-    assert n[0] == "workflow_started" and n[-2:] == ["message_end", "workflow_finished"]
+    assert n[0] == "workflow_started" and n[-2:] == ["workflow_finished", "message_end"]  # as Dify 1.12.1
     assert n.index("node_started") < n.index("reasoning_chunk") < n.index("message")
     reasoning = [e["data"] for e in ev if e["event"] == "reasoning_chunk"]
     assert "".join(r["reasoning"] for r in reasoning) == "Let me think about it."
     assert reasoning[-1] == {**reasoning[-1], "is_final": True, "reasoning": ""}
     assert not any(r["is_final"] for r in reasoning[:-1])
-    fin = ev[-1]
+    fin = ev[-2]
     assert fin["data"]["status"] == "succeeded" and fin["data"]["outputs"] == {"answer": "Hello, world!"}
     assert fin["data"]["total_tokens"] > 0 and fin["workflow_run_id"] == fin["data"]["id"]
     assert all(e["conversation_id"] == ev[0]["conversation_id"] for e in ev)

@@ -414,3 +414,58 @@ async def test_a_file_name_dify_refuses_is_made_safe_not_fatal(srv, host, runner
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     assert sorted(u.name for u in srv.uploads.values()) == ["Screenshot 2026-12-06 at 12_30_05.txt",
                                                              "what___is__this_.txt"]
+
+
+@pytest.mark.parametrize("mode", ["chatflow", "workflow"])
+async def test_files_in_the_answer_reach_the_chat(srv, host, runner, mode):
+    """Dify 1.12.1 sends an Answer node's files in ``message_end.files`` (chatflow) and an End
+    node's in ``workflow_finished.outputs`` (workflow), with no ``message_file`` events: images are
+    shown, other files linked, each once, never as a JSON dump of file objects."""
+    from tests.fakes.dify import dify_file
+
+    srv.mode = mode
+    srv.answer_files = [dify_file("5f0c6d8e-0000-4000-8000-000000000001", "chart.png", "image/png"),
+                        dify_file("5f0c6d8e-0000-4000-8000-000000000002", "report.pdf", "application/pdf",
+                                  base="https://files.example.com")]
+    results = await run(runner, host, config=cfg(srv, **{"app-type": mode}))
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    content = [r for r in results if rtype(r) == "message.completed"][-1].data["message"]["content"]
+    parts = [{k: v for k, v in c.items() if v is not None} for c in content if c["type"] != "text"]
+    host_root = srv.base_url.removesuffix("/v1")
+    assert parts == [
+        {"type": "image_url", "image_url": {"url": f"{host_root}/files/5f0c6d8e-0000-4000-8000-000000000001/file-preview"
+                                                   "?timestamp=1796537556&nonce=5f0c6d8e&sign=c2lnbmVk"}},
+        {"type": "file_url", "file_url": "https://files.example.com/files/5f0c6d8e-0000-4000-8000-000000000002/"
+                                          "file-preview?timestamp=1796537556&nonce=5f0c6d8e&sign=c2lnbmVk",
+         "file_name": "report.pdf"},
+    ]
+    text = "".join(c["text"] for c in content if c["type"] == "text")
+    assert text == "Hello, world!" and "__dify__file__" not in text
+
+
+async def test_a_workflow_that_answers_only_with_files_prints_no_json(srv, host, runner):
+    from tests.fakes.dify import dify_file
+
+    srv.mode = "workflow"
+    srv.workflow_output_key = "files"
+    srv.workflow_stream_text = False
+    srv.answer_files = [dify_file(f"5f0c6d8e-0000-4000-8000-0000000000{n:02d}", f"p{n}.png", "image/png") for n in range(12)]
+    results = await run(runner, host, config=cfg(srv, **{"app-type": "workflow"}))
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    content = [r for r in results if rtype(r) == "message.completed"][-1].data["message"]["content"]
+    images = [c for c in content if c["type"] == "image_url"]
+    text = "".join(c["text"] for c in content if c["type"] == "text")
+    assert len(images) == 10 and "dify_model_identity" not in text
+    assert "p10.png" in text and "p11.png" in text and "more than 10 files" in text, text
+
+
+async def test_a_chatflow_reports_the_usage_of_its_message_end(srv, host, runner):
+    """Dify 1.12.1 sends a chatflow's message_end (the turn's usage, its files) after
+    workflow_finished: the stream is read on to it, not dropped at workflow_finished."""
+    srv.mode = "chatflow"
+    srv.usage = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
+    results = await run(runner, host, config=cfg(srv, **{"app-type": "chatflow"}))
+    done = terminal(results)
+    assert rtype(done) == "run.completed"
+    usage = done.usage
+    assert (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens) == (11, 7, 18), usage

@@ -132,6 +132,14 @@ def workflow_slow(slow_url: str) -> dict[str, Any]:
                 _edges(("start", "start"), ("http", "http-request"), ("http2", "http-request"), ("end", "end")))
 
 
+def workflow_files() -> dict[str, Any]:
+    end = _node("end", type="end", title="End", outputs=[
+        {"variable": "result", "value_selector": ["start", "langbot_user_message_text"], "value_type": "string"},
+        {"variable": "files", "value_selector": ["sys", "files"], "value_type": "array[file]"}])
+    return _app("lb-workflow-files", "workflow", [_start(("langbot_user_message_text", True)), end],
+                _edges(("start", "start"), ("end", "end")), files=True)
+
+
 def workflow_ticket() -> dict[str, Any]:
     return _app("lb-workflow-ticket", "workflow", [_start(("ticket", True)), _end(["start", "ticket"])],
                 _edges(("start", "start"), ("end", "end")))
@@ -145,5 +153,6 @@ def all_apps(slow_url: str) -> dict[str, dict[str, Any]]:
         "workflow": workflow(),
         "workflow_slow": workflow_slow(slow_url),
         "workflow_ticket": workflow_ticket(),
+        "workflow_files": workflow_files(),
         "workflow_unpublished": {**workflow(), "app": {**workflow()["app"], "name": "lb-workflow-unpublished"}},
     }

@@ -224,6 +224,38 @@ async def test_files_reach_the_chatflow(dify, tmp_path, monkeypatch):
     assert text.startswith("got: what are these | files: "), text
     assert "notes 12_30.txt" in text, text
     assert text.count("](") >= 2, f"both files reached the run as Dify files: {text}"
+    # the Answer node's files come back in message_end.files: the image shown, the document linked
+    assert _attached(results) == [("image_url", None), ("file_url", "notes 12_30.txt")], _attached(results)
+
+
+def _attached(results: list[Any]) -> list[tuple[str, str | None]]:
+    """(kind, file name) of what the answer carries besides text; every link is Dify's signed one."""
+    content = [r for r in results if rtype(r) == "message.completed"][-1].data["message"]["content"]
+    out = []
+    for part in content if isinstance(content, list) else []:
+        if part["type"] == "image_url":
+            assert "/files/" in part["image_url"]["url"] and "sign=" in part["image_url"]["url"], part
+            out.append(("image_url", None))
+        elif part["type"] == "file_url":
+            assert "/files/" in part["file_url"] and "sign=" in part["file_url"], part
+            out.append(("file_url", part["file_name"]))
+    return out
+
+
+async def test_a_workflow_answers_with_its_text_and_its_files(dify, tmp_path, monkeypatch):
+    """End node: ``result`` (text) and ``files`` (the message's files): the text is the answer, the
+    files are attached, and no JSON of Dify's file objects reaches the chat."""
+    monkeypatch.setenv("RUNNER_KIT_FILE_DIRS", str(tmp_path))
+    (tmp_path / "report.txt").write_text("quarterly", encoding="utf-8")
+    host = _host()
+    runner = make_runner(PLUGIN, host)
+    contents = [{"type": "image_base64", "image_base64": f"data:image/png;base64,{PNG_DOT}"}]
+    attachments = [{"type": "file", "source": "message_chain", "path": str(tmp_path / "report.txt"), "name": "report.txt"}]
+    results = await run(runner, host, "file these", config=_config(dify, "workflow_files"), contents=contents,
+                        attachments=attachments)
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    assert final_text(results) == "file these"
+    assert _attached(results) == [("image_url", None), ("file_url", "report.txt")]
 
 
 # --- a long conversation, overlapping members ------------------------------------------------------
