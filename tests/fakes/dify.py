@@ -330,6 +330,11 @@ class FakeDify(PlatformFake):
         #: and ``workflow_finished.outputs.files``, a workflow in ``outputs.files`` (as Dify 1.12.1 does
         #: for an Answer or End node that outputs a file variable; no ``message_file`` events)
         self.answer_files: list[dict[str, Any]] = []
+        #: a chatflow's wait between workflow_finished and message_end: seconds of keep-alive pings only
+        #: (every ``stall_ping_every``; ``math.inf``: until the client leaves), then message_end, or with
+        #: ``message_end_lost`` the connection cut instead
+        self.message_end_gap = 0.0
+        self.message_end_lost = False
         #: a Human Input node in the chatflow/workflow: {"node_title", "form_content", "inputs",
         #: "actions", "timeout" (seconds), "delivery": "webapp" | "email", "empty_data": bool}
         #: (shapes: langgenius/dify web/types/workflow.ts HumanInputFormData; docs.dify.ai "Get
@@ -1120,9 +1125,12 @@ class FakeDify(PlatformFake):
             "index": index,
             "predecessor_node_id": None,
             "inputs": None,
+            "inputs_truncated": False,
             "created_at": run.created_at,
+            "extras": {},
             "iteration_id": None,
             "loop_id": None,
+            "agent_strategy": None,
         }
 
     async def _node_pair(
@@ -1140,7 +1148,9 @@ class FakeDify(PlatformFake):
         finished = dict(node)
         finished.update(
             process_data=None,
+            process_data_truncated=False,
             outputs=outputs or {},
+            outputs_truncated=False,
             status="failed" if error else "succeeded",
             error=error,
             elapsed_time=0.01,
@@ -1178,6 +1188,7 @@ class FakeDify(PlatformFake):
             "finished_at": _now(),
             "exceptions_count": 0,
             "files": [],
+            "created_by": {"id": str(uuid.uuid5(uuid.NAMESPACE_OID, run.user)), "user": run.user},
         }
         if not run.s.include_usage:
             del data["total_tokens"]
@@ -1254,6 +1265,15 @@ class FakeDify(PlatformFake):
             )
         # Dify 1.12.1 ends a chatflow with workflow_finished, then message_end (usage, files)
         await sse.send(self._workflow_finished(run, "succeeded"))
+        if self.message_end_gap or self.message_end_lost:
+            until = time.monotonic() + self.message_end_gap
+            while time.monotonic() < until:
+                if await self._wait_stop(run, min(s.stall_ping_every, until - time.monotonic())):
+                    return "stopped"
+                await sse.resp.write(b"event: ping\n\n")
+            if self.message_end_lost:
+                await sse.resp.abort()
+                raise _Aborted
         await sse.send(self._message_end(run), last=True)
         return "succeeded"
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import select
 import shutil
 import socket
@@ -28,6 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from runner_kit.http import close_shared_client
@@ -473,3 +475,48 @@ def test_the_suite_says_why_it_skips_without_the_source(tmp_path, monkeypatch):
     assert "1.9.0" in (dify_server.source_problem(tmp_path / "old") or "")
 
 
+
+
+# --- the fake the default suite uses, held to the real server ---------------------------------------
+
+
+def _events(raw: bytes) -> list[dict[str, Any]]:
+    return [json.loads(block[len("data: "):]) for block in raw.decode().split("\n\n") if block.startswith("data: ")]
+
+
+def _shapes(events: list[dict[str, Any]]) -> dict[str, set[str]]:
+    """Per event name, its fields (and ``data.*`` fields): what a parser may rely on."""
+    out: dict[str, set[str]] = {}
+    for e in events:
+        keys = set(e) | {f"data.{k}" for k in (e.get("data") or {}) if isinstance(e.get("data"), dict)}
+        out.setdefault(e["event"], set()).update(keys)
+    return out
+
+
+@pytest.mark.parametrize(("app", "fake_mode", "path"), [
+    ("chatflow", "chatflow", "/chat-messages"),
+    ("workflow", "workflow", "/workflows/run"),
+])
+def test_the_fake_sends_what_the_real_server_sends(dify, app, fake_mode, path):
+    """Same request to the real Dify and to tests/fakes/dify.py: the run's opening and closing
+    events in the same order, every field the real server puts in an event, and in the blocking body."""
+    from tests.fakes.dify import FakeDify
+
+    body = {"inputs": {"langbot_user_message_text": "hi"}, "query": "hi", "user": "u-conf",
+            "response_mode": "streaming"}
+    with dify.service(app) as api:
+        real = _events(api.post(path, json=body).content)
+        real_blocking = api.post(path, json={**body, "response_mode": "blocking"}).json()
+    with FakeDify(api_key="app-conformance") as fake:
+        fake.mode = fake_mode
+        headers = {"Authorization": "Bearer app-conformance"}
+        with httpx.Client(base_url=fake.base_url, headers=headers, timeout=30) as client:
+            faked = _events(client.post(path, json=body).content)
+            fake_blocking = client.post(path, json={**body, "response_mode": "blocking"}).json()
+    frame = ("workflow_started", "workflow_finished", "message_end")  # node events follow each app's graph
+    assert [e["event"] for e in real if e["event"] in frame] == [e["event"] for e in faked if e["event"] in frame]
+    real_shapes, fake_shapes = _shapes(real), _shapes(faked)
+    missing = {name: sorted(keys - fake_shapes[name]) for name, keys in real_shapes.items()
+               if name in fake_shapes and keys - fake_shapes[name]}
+    assert not missing, f"fields the real Dify sends and the fake does not: {missing}"
+    assert set(real_blocking) <= set(fake_blocking), sorted(set(real_blocking) - set(fake_blocking))
