@@ -32,4 +32,14 @@ def test_only_the_named_installs_run_and_unknown_names_are_refused(monkeypatch, 
 
 
 def test_every_slow_suite_install_is_there_in_the_order_the_suites_need_them():
-    assert list(warm_caches.PROVIDERS) == ["langbot", "n8n", "langflow", "langgraph", "licos", "coding-clis"]
+    assert list(warm_caches.PROVIDERS) == ["langbot", "n8n", "langflow", "langgraph", "licos", "coding-clis", "dify"]
+
+
+def test_dify_is_warmed_only_from_a_cached_source(tmp_path, monkeypatch, capsys):
+    """Without Dify's source tree nothing is installed and the reason names the command."""
+    monkeypatch.setenv("DIFY_SOURCE", str(tmp_path / "none"))
+    monkeypatch.setenv("DIFY_VENV", str(tmp_path / "venv"))
+    assert warm_caches.warm(["dify"]) == 1
+    err = capsys.readouterr().err
+    assert "dify: not installed" in err and "no Dify 1.12.1 source" in err
+    assert not (tmp_path / "venv").exists()
