@@ -13,12 +13,15 @@ Stream event order (platforms.md §1):
 
 from __future__ import annotations
 
+import asyncio
 import json
+import math
+import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urljoin, urlsplit
 
 import httpx
 
@@ -28,9 +31,11 @@ from runner_kit.errors import RunnerError
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, shown_url, timeout_for
 from runner_kit.inputs import InputFile, safe_file_name, upload_all, upload_failed
 from runner_kit.logs import get_logger
+from runner_kit.netguard import AllowList, parse_ip, refusal
 from runner_kit.pending import Incomplete, PendingAction
 from runner_kit.runner import CANCEL_GRACE, Adapter
 from runner_kit.streams import iter_sse
+from runner_kit.texts import t
 from runner_kit.wire import as_float, json_object, maybe_json, open_answer, sse_objects, tool_input
 
 from . import const
@@ -40,7 +45,11 @@ from .human_input import Form
 log = get_logger("runner_kit.dify")
 
 MAX_JSON_BODY = 16 * 1024 * 1024
+#: how long a chatflow past workflow_finished waits for message_end at most (Dify 1.12.1 first runs
+#: the end-of-answer output moderation, whose message_replace comes between, and saves the message)
+CLOSING_EVENT_WAIT = 10.0
 MAX_FILES_OUT = outfiles.MAX_FILES  # files one answer links at most
+MAX_LINK = 8192  # a file link longer than this is not passed on (Dify's signed links are ~200)
 _DIFY_FILE = "__dify__file__"  # how Dify marks a file object in outputs and message_end.files
 
 
@@ -159,7 +168,8 @@ class DifyAdapter(Adapter):
         url, body = await self._request()
         # only Dify's own "Conversation Not Exists." means the stored id is gone; any other 404
         # (a proxy page, a wrong route) is an ordinary error and the id is kept
-        gone = conversation_missing if body.get("conversation_id") else None
+        cid = body.get("conversation_id")
+        gone = (lambda status, raw: conversation_missing(status, raw, cid)) if cid else None
         async with open_answer(self.env.client, url, budget=self.env.budget(), platform=self.platform,
                                parse_error=parse_envelope, hint=BASE_URL_HINT, gone=gone,
                                headers=self.headers, json=body) as answer:
@@ -176,7 +186,7 @@ class DifyAdapter(Adapter):
         state = _StreamState()
         events = iter_sse(resp.aiter_bytes(), touch=self.env.touch)
         async with aclosing(sse_objects(events, self.platform, complete=state.answered)) as objects:
-            async for data in objects:
+            while (data := await self._next(objects, state)) is not None:
                 for item in self._map(data, state):
                     yield item
                 if state.finished:
@@ -184,8 +194,11 @@ class DifyAdapter(Adapter):
         if state.finished:
             await finish_body(events)  # lets the connection be reused
         self._done = True
-        if not state.usage_seen and state.run_tokens is not None:  # a chatflow whose message_end never came
+        if not state.usage_seen and state.run_tokens is not None:  # a chatflow's message_end never came, or had none
             yield ev.Usage(total_tokens=state.run_tokens)
+        if not state.message_ended and not state.files_seen:  # the Answer's files, from workflow_finished
+            for item in self._attachments(state.run_files, state):
+                yield item
         if not state.seen_events:
             if "event-stream" not in ctype:
                 raise RunnerError(
@@ -201,6 +214,22 @@ class DifyAdapter(Adapter):
             raise RunnerError(
                 "upstream.unavailable", f"{self.platform} closed the stream before the answer finished"
             )
+
+    async def _next(self, objects: AsyncIterator[dict[str, Any]], st: _StreamState) -> dict[str, Any] | None:
+        """The next event, or None at the end. A chatflow's answer is complete with the first of
+        workflow_finished and message_end: the other (usage, files) is waited for only a moment, so
+        a Dify that never sends it (pings only, or silence) cannot turn the answer into a timeout."""
+        try:
+            if not st.answered():
+                return await anext(objects)
+            left = self.env.deadline - time.monotonic()
+            idle = self.env.idle_timeout or math.inf
+            return await asyncio.wait_for(anext(objects), max(0.0, min(CLOSING_EVENT_WAIT, left / 2, idle / 2)))
+        except StopAsyncIteration:
+            return None
+        except TimeoutError:
+            log.info("%s: the answer was complete; its closing event did not come", self.platform)
+            return None
 
     def _map(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
         name = data.get("event")
@@ -229,6 +258,7 @@ class DifyAdapter(Adapter):
         elif name == "text_chunk":
             text = (data.get("data") or {}).get("text") or ""
             if text:
+                st.streamed.append(text)
                 out.append(ev.Text(text))
         elif name == "reasoning_chunk":
             piece = (data.get("data") or {}).get("reasoning") or ""
@@ -240,7 +270,8 @@ class DifyAdapter(Adapter):
             if data.get("belongs_to", "assistant") == "assistant" and data.get("url"):
                 st.files_seen = True
                 kind = "image" if data.get("type") == "image" else "file"
-                out.append(ev.Attachment(url=self._link(data["url"]), kind=kind))
+                if (link := self._link(str(data["url"]))) is not None:
+                    out.append(ev.Attachment(url=link, kind=kind))
         elif name == "message_replace":
             out.append(ev.ReplaceText(data.get("answer") or ""))
         elif name == "message_end":
@@ -251,7 +282,6 @@ class DifyAdapter(Adapter):
             if not st.files_seen:  # a chatflow's Answer files come only here (chat apps send message_file)
                 out.extend(self._attachments(data.get("files"), st))
             st.message_ended = True
-            st.run_tokens = None  # message_end's usage is the turn's
             # a chatflow sends both, workflow_finished first (Dify 1.12.1): the answer is complete
             # with either, and read on to the other for its usage and files
             st.finished = self.app_type != "chatflow" or st.workflow_done
@@ -278,36 +308,67 @@ class DifyAdapter(Adapter):
             log.info("%s: skipping unknown stream event %r", self.platform, name)
         return out
 
-    def _link(self, url: str) -> str:
-        """A Dify file link for the chat: a relative one joined to the API's host, never with the
-        base URL's user:password@."""
-        return urljoin(shown_url(self.base) + "/", url) if url.startswith("/") else url
+    def _link(self, url: str) -> str | None:
+        """A Dify file link for the chat, or None when it is not one to pass on. A relative link is
+        joined to the API's host, never with the base URL's user:password@. An absolute one (Dify's
+        FILES_URL, or a link a member sent that the app's answer gives back as it was given) must
+        be http(s) with no user:password@, blank or control character, and not to a private, local
+        or link-local address (LangBot itself fetches an image or file link for Discord, Lark and
+        Matrix) unless it is on the API's own host or RUNNER_KIT_FETCH_ALLOW lists it."""
+        if not url or len(url) > MAX_LINK or any(c.isspace() or not c.isprintable() for c in url):
+            return None
+        if url.startswith("/") and not url.startswith("//"):
+            return urljoin(shown_url(self.base) + "/", url)
+        try:
+            parts, own = urlsplit(url), urlsplit(self.base)
+            where, home = (parts.hostname, parts.port), (own.hostname, own.port)
+        except ValueError:
+            return None
+        scheme = parts.scheme.lower()
+        if scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+            return None
+        if (scheme, *where) == (own.scheme.lower(), *home):
+            return url
+        allow, ip = AllowList.from_env(), parse_ip(parts.hostname)
+        local = parts.hostname == "localhost" or parts.hostname.endswith(".localhost")
+        if (local or (ip is not None and refusal(ip) and not allow.allows_ip(ip))) and not allow.allows_host(parts.hostname):
+            return None
+        return url
 
     def _attachments(self, files: Any, st: _StreamState) -> list[ev.Event]:
         """Files Dify put in an answer (a chatflow's ``message_end.files``, a workflow's file
         outputs) as attachments: signed links, images shown, others linked; at most
-        :data:`MAX_FILES_OUT`, each once, the rest named in one line."""
+        :data:`MAX_FILES_OUT`, each once, the rest named in one line, as is a file whose link is
+        not one to pass on (:meth:`_link`)."""
         out: list[ev.Event] = []
         left: list[str] = []
+        seen: set[str] = set()
         for f in files if isinstance(files, list) else []:
             if not isinstance(f, dict):
                 continue
             url = f.get("url") or f.get("remote_url")
-            if not isinstance(url, str) or not url.startswith(("/", "http://", "https://")):
+            if not isinstance(url, str) or not url:
                 continue
             key = str(f.get("related_id") or f.get("id") or url.split("?", 1)[0])
-            if key in st.files:
+            if key in st.files or key in seen:
+                continue
+            seen.add(key)
+            name = safe_file_name(str(f["filename"])) if f.get("filename") else None  # a member's link names it
+            link = self._link(url)
+            if link is None:
+                log.warning("%s: a file in the answer is not linked: its link is not a public http(s) one", self.platform)
+                left.append(t("'{name}' (its link is not a public http(s) address)",
+                              "“{name}”（其链接不是公开的 http(s) 地址）", name=name or "file"))
                 continue
             st.files.add(key)
-            name = str(f.get("filename") or "") or None
             if len(st.files) > MAX_FILES_OUT:
-                left.append(name or "file")
+                left.append(outfiles.too_many(name or "file"))
                 continue
             mime = str(f.get("mime_type") or "") or None
             image = f.get("type") == "image" or (mime or "").startswith("image/")
-            out.append(ev.Attachment(url=self._link(url), kind="image" if image else "file", name=name, mime_type=mime))
+            out.append(ev.Attachment(url=link, kind="image" if image else "file", name=name, mime_type=mime))
         if left:
-            out.append(ev.Text(outfiles.left_out_note([outfiles.too_many(n) for n in left])))
+            out.append(ev.Text(outfiles.left_out_note(left)))
         return out
 
     def _thought(self, data: dict[str, Any], st: _StreamState) -> list[ev.Event]:
@@ -350,7 +411,12 @@ class DifyAdapter(Adapter):
         if self.workflow:
             outputs = wf.get("outputs")
             answer = _pick_output(outputs, self.env.config.get("workflow-output-key") or "")
-            if answer is not None:
+            # this stream's answer only: a run that goes on with kept messages after a form (pending.settle)
+            # has the form's answer before it, which adopting the output whole would replace
+            streamed = "".join(st.streamed)
+            if answer and not streamed:
+                out.append(ev.Text(answer))
+            elif answer is not None and answer != streamed:
                 out.append(ev.FinalText(answer))
             if isinstance(outputs, dict):
                 out.extend(self._attachments([f for v in outputs.values() for f in _files_in(v)], st))
@@ -359,6 +425,8 @@ class DifyAdapter(Adapter):
                 st.run_tokens = _int(wf.get("total_tokens"))  # message_end's usage follows
             else:
                 out.append(ev.Usage(total_tokens=_int(wf.get("total_tokens"))))
+        if self.app_type == "chatflow" and not st.message_ended and isinstance(wf.get("outputs"), dict):
+            st.run_files = [f for v in wf["outputs"].values() for f in _files_in(v)]  # message_end's files follow
         return out
 
     def _blocking(self, doc: Any) -> list[ev.Event]:
@@ -484,7 +552,7 @@ class DifyAdapter(Adapter):
         url = self.base + const.CONVERSATION_PATH.format(conversation_id=quote(upstream_id, safe=""))
 
         def on_error(status: int, raw: bytes, ctype: str) -> Exception:
-            return _AlreadyGone() if conversation_missing(status, raw) else parse_envelope(status, raw, ctype)
+            return _AlreadyGone() if conversation_missing(status, raw, upstream_id) else parse_envelope(status, raw, ctype)
 
         try:
             async with open_stream(self.env.client, "DELETE", url, budget=CANCEL_GRACE, platform=self.platform,
@@ -524,7 +592,9 @@ class _StreamState:
         "form",
         "paused",
         "paused_run",
+        "run_files",
         "run_tokens",
+        "streamed",
         "workflow_done",
         "text_seen",
         "last_thought_at",
@@ -547,7 +617,9 @@ class _StreamState:
         self.form: dict[str, Any] | None = None  # the human_input_required data (+ run ids)
         self.paused = False  # workflow_paused came: the stream ends here
         self.paused_run: str | None = None
+        self.run_files: list[dict[str, Any]] = []  # a chatflow's workflow_finished files, until message_end's
         self.run_tokens: int | None = None  # a chatflow's workflow_finished total, until message_end's usage
+        self.streamed: list[str] = []  # a workflow's text_chunk text in this stream
         self.workflow_done = False  # workflow_finished came
         self.text_seen = False
         self.last_thought_at = 0  # agent_len at the most recent agent_thought

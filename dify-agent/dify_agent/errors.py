@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from typing import Any
 
 from runner_kit import errors
@@ -60,6 +61,10 @@ _TOO_LONG = re.compile(r"^(?P<name>\S+) in input form must be less than (?P<limi
 _FORM = re.compile(r"^(?:\(type '[^']*'\) )?(?P<name>\S+) in input form must be ")
 
 
+# line breaks, other control characters (a terminal's escapes) and direction marks
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def strip_route_help(message: str | None) -> str | None:
     """``message`` without Flask's "You have requested this URI … did you mean …" suffix."""
     if not message:
@@ -87,8 +92,12 @@ def _invalid_param(message: str) -> tuple[str, str] | None:
 
 
 def map_error(status: int | None, code: str | None, message: str | None) -> RunnerError:
-    """One Dify error (pre-stream envelope or mid-stream ``error`` event) as a RunnerError."""
+    """One Dify error (pre-stream envelope or mid-stream ``error`` event) as a RunnerError. Dify's
+    words go on one line: they may quote a member (a refused file by the name Dify took from the
+    member's link, line breaks and all), and are shown in the chat and logged."""
     message = strip_route_help(message)
+    if message:
+        message = " ".join(_CONTROL.sub(" ", message).split())
     taxonomy, hint = _BY_CODE.get(code or "", (status_to_code(status) if status else "upstream.error", ""))
     if code == "invalid_param" and message:
         taxonomy, hint = _invalid_param(message) or (taxonomy, hint)
@@ -127,12 +136,15 @@ def error_fields(doc: dict[str, Any]) -> tuple[int | None, str | None, str | Non
     return status, code, "; ".join(parts) or None
 
 
-def conversation_missing(status: int, body: bytes) -> bool:
+def conversation_missing(status: int, body: bytes, sent: str | None = None) -> bool:
     """True only for Dify's own answers that a stored conversation id can never be used: 404
     not_found "Conversation Not Exists." (deleted, or another user's), and 400 invalid_param from
     the check Dify 1.12.1 makes first, that ``conversation_id`` is a UUID (an id kept from
-    elsewhere would otherwise fail every message of the conversation)."""
-    if status not in (400, 404):
+    elsewhere would otherwise fail every message of the conversation). ``sent``, the id that was
+    sent: a UUID never fails that check, and any 400 for it is about something else (a member's
+    file named "conversation_id must be a valid UUID.mp3" makes Dify answer "File validation
+    failed for file: conversation_id must be a valid UUID.mp3")."""
+    if status not in (400, 404) or (status == 400 and sent is not None and _is_uuid(sent)):
         return False
     doc = json_object(body)
     message = doc.get("message") if doc is not None else None
@@ -141,6 +153,14 @@ def conversation_missing(status: int, body: bytes) -> bool:
     if status == 400:
         return doc.get("code") == "invalid_param" and _NOT_A_UUID in message
     return doc.get("code") == "not_found" and _CONVERSATION_MISSING in message.lower()
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def parse_envelope(status: int, body: bytes, content_type: str) -> RunnerError:

@@ -33,8 +33,9 @@ alone: an unknown id, or another user's, is 204 too (and another user's conversa
 ``not_found`` "Conversation Not Exists." for an unknown id or another user's. Deletions are
 recorded in ``deleted`` as ``(conversation id, user)``.
 
-``message_replace`` (``replace_with``) comes after the deltas; a mid-stream ``error`` event ends
-the stream; a failed workflow ends with ``workflow_finished(status=failed)`` then ``error``.
+``message_replace`` (``replace_with``) comes after the deltas (a chatflow's after workflow_finished,
+as Dify 1.12.1's end-of-answer output moderation); a mid-stream ``error`` event ends the stream; a
+failed workflow ends with ``workflow_finished(status=failed)`` then ``error``.
 """
 
 from __future__ import annotations
@@ -1258,12 +1259,8 @@ class FakeDify(PlatformFake):
         answer = self._node(run, "answer", "answer", "Answer", 3)
         answer["predecessor_node_id"] = "llm"
         await self._node_pair(run, sse, answer, outputs={"answer": run.answer})
-        if s.replace_with is not None:
-            run.answer = s.replace_with
-            await sse.send(
-                self._event(run, "message_replace", answer=s.replace_with, reason="output_moderation")
-            )
-        # Dify 1.12.1 ends a chatflow with workflow_finished, then message_end (usage, files)
+        # Dify 1.12.1 ends a chatflow with workflow_finished, then the end-of-answer output moderation
+        # (message_replace), then message_end (usage, files) once the message is saved
         await sse.send(self._workflow_finished(run, "succeeded"))
         if self.message_end_gap or self.message_end_lost:
             until = time.monotonic() + self.message_end_gap
@@ -1274,6 +1271,9 @@ class FakeDify(PlatformFake):
             if self.message_end_lost:
                 await sse.resp.abort()
                 raise _Aborted
+        if s.replace_with is not None:
+            run.answer = s.replace_with
+            await sse.send(self._event(run, "message_replace", answer=s.replace_with, reason="output_moderation"))
         await sse.send(self._message_end(run), last=True)
         return "succeeded"
 
