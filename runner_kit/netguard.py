@@ -47,7 +47,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urljoin, urlsplit
 
 import httpx
 
@@ -218,6 +218,46 @@ def _is_name(text: str) -> bool:
 async def _getaddrinfo(host: str, port: int) -> list[Any]:
     """The resolver (a seam for tests): asyncio's, which runs getaddrinfo in a worker thread."""
     return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+
+
+#: a link passed to the chat longer than this is not passed on (a platform's signed links are ~200)
+MAX_CHAT_LINK = 8192
+
+
+def chat_link(url: str, own: str | None = None) -> str | None:
+    """``url`` (a file or image link a platform's answer names) as it may go to the chat, or None.
+
+    A platform's answer can give back a link a member sent (an app that echoes the files it was
+    given), and LangBot 4.11.2 fetches image and file links itself for some platforms (Discord,
+    Lark, Matrix) with no address check: a link to the metadata service or the LAN would be fetched
+    from the LangBot host and its bytes posted to the group. So a link is passed on only when it is
+    http(s), at most :data:`MAX_CHAT_LINK` long, with no user:password@, blank or control character,
+    and not to ``localhost`` or a literal private, loopback or link-local address, unless it is on
+    ``own`` (the platform's API base URL: scheme, host and port) or ``RUNNER_KIT_FETCH_ALLOW`` lists
+    it. Names are not resolved here. A relative link (``/files/…``) is joined to ``own``'s host,
+    without ``own``'s user:password@."""
+    if not url or len(url) > MAX_CHAT_LINK or any(c.isspace() or not c.isprintable() for c in url):
+        return None
+    try:
+        home = urlsplit(own) if own else None
+        if home is not None and url.startswith("/") and not url.startswith("//"):
+            root = f"{home.scheme}://{home.hostname}{f':{home.port}' if home.port else ''}"
+            if ":" in (home.hostname or ""):
+                root = f"{home.scheme}://[{home.hostname}]{f':{home.port}' if home.port else ''}"
+            return urljoin(root + "/", url)
+        parts = urlsplit(url)
+        where = (parts.scheme.lower(), parts.hostname, parts.port)
+    except ValueError:
+        return None
+    if where[0] not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
+        return None
+    if home is not None and where == (home.scheme.lower(), home.hostname, home.port):
+        return url
+    allow, ip = AllowList.from_env(), parse_ip(parts.hostname)
+    local = parts.hostname == "localhost" or parts.hostname.endswith(".localhost")
+    if (local or (ip is not None and refusal(ip) and not allow.allows_ip(ip))) and not allow.allows_host(parts.hostname):
+        return None
+    return url
 
 
 def shown_host(host: str) -> str:

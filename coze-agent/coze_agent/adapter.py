@@ -38,6 +38,7 @@ from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
 from runner_kit.inputs import InputFile, safe_file_name, upload_all, upload_failed
 from runner_kit.logs import get_logger
+from runner_kit.netguard import chat_link
 from runner_kit.pending import PendingAction
 from runner_kit.results import progress_line
 from runner_kit.runner import CANCEL_GRACE, Adapter
@@ -644,7 +645,11 @@ def _answer_content(content_type: Any, content: Any) -> tuple[str, list[ev.Attac
             texts.append(item["text"])
         elif item.get("file_url"):
             kind = "image" if item.get("type") == "image" else "file"
-            files.append(ev.Attachment(url=str(item["file_url"]), kind=kind, name=item.get("name")))
+            link = chat_link(str(item["file_url"]))  # a bot can echo a member's link (netguard.chat_link)
+            if link is None:
+                log.warning("Coze: a file in the answer is not linked: its link is not a public http(s) one")
+                continue
+            files.append(ev.Attachment(url=link, kind=kind, name=item.get("name")))
     return "\n".join(texts), files
 
 

@@ -21,17 +21,17 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote
 
 import httpx
 
 from runner_kit import events as ev
 from runner_kit import outfiles
 from runner_kit.errors import RunnerError
-from runner_kit.http import finish_body, open_stream, read_bounded, read_json, shown_url, timeout_for
+from runner_kit.http import finish_body, open_stream, read_bounded, read_json, timeout_for
 from runner_kit.inputs import InputFile, safe_file_name, upload_all, upload_failed
 from runner_kit.logs import get_logger
-from runner_kit.netguard import AllowList, parse_ip, refusal
+from runner_kit.netguard import chat_link
 from runner_kit.pending import Incomplete, PendingAction
 from runner_kit.runner import CANCEL_GRACE, Adapter
 from runner_kit.streams import iter_sse
@@ -49,7 +49,6 @@ MAX_JSON_BODY = 16 * 1024 * 1024
 #: the end-of-answer output moderation, whose message_replace comes between, and saves the message)
 CLOSING_EVENT_WAIT = 10.0
 MAX_FILES_OUT = outfiles.MAX_FILES  # files one answer links at most
-MAX_LINK = 8192  # a file link longer than this is not passed on (Dify's signed links are ~200)
 _DIFY_FILE = "__dify__file__"  # how Dify marks a file object in outputs and message_end.files
 
 
@@ -309,31 +308,10 @@ class DifyAdapter(Adapter):
         return out
 
     def _link(self, url: str) -> str | None:
-        """A Dify file link for the chat, or None when it is not one to pass on. A relative link is
-        joined to the API's host, never with the base URL's user:password@. An absolute one (Dify's
-        FILES_URL, or a link a member sent that the app's answer gives back as it was given) must
-        be http(s) with no user:password@, blank or control character, and not to a private, local
-        or link-local address (LangBot itself fetches an image or file link for Discord, Lark and
-        Matrix) unless it is on the API's own host or RUNNER_KIT_FETCH_ALLOW lists it."""
-        if not url or len(url) > MAX_LINK or any(c.isspace() or not c.isprintable() for c in url):
-            return None
-        if url.startswith("/") and not url.startswith("//"):
-            return urljoin(shown_url(self.base) + "/", url)
-        try:
-            parts, own = urlsplit(url), urlsplit(self.base)
-            where, home = (parts.hostname, parts.port), (own.hostname, own.port)
-        except ValueError:
-            return None
-        scheme = parts.scheme.lower()
-        if scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
-            return None
-        if (scheme, *where) == (own.scheme.lower(), *home):
-            return url
-        allow, ip = AllowList.from_env(), parse_ip(parts.hostname)
-        local = parts.hostname == "localhost" or parts.hostname.endswith(".localhost")
-        if (local or (ip is not None and refusal(ip) and not allow.allows_ip(ip))) and not allow.allows_host(parts.hostname):
-            return None
-        return url
+        """A Dify file link for the chat (:func:`runner_kit.netguard.chat_link`: Dify's own links
+        pass; a member's link the app's answer gives back passes only when it is public http(s)),
+        or None."""
+        return chat_link(url, self.base)
 
     def _attachments(self, files: Any, st: _StreamState) -> list[ev.Event]:
         """Files Dify put in an answer (a chatflow's ``message_end.files``, a workflow's file

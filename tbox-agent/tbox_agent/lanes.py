@@ -5,10 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from runner_kit import events as ev
+from runner_kit.logs import get_logger
+from runner_kit.netguard import chat_link
 
 from . import const
 from .payloads import image_urls
 from .think import ThinkSplitter
+
+log = get_logger("runner_kit.tbox")
 
 
 class AnswerState:
@@ -38,6 +42,9 @@ class AnswerState:
             out: list[ev.Event] = []
             kind = "image" if media == const.IMAGE else "file"
             for url in image_urls(payload):
+                if chat_link(url) is None:  # an agent can echo a member's link (netguard.chat_link)
+                    log.warning("Tbox: a file in the answer is not linked: its link is not a public http(s) one")
+                    continue
                 if url not in self.attachments:
                     self.attachments.add(url)
                     self.output = True

@@ -308,3 +308,38 @@ async def test_download_uses_bytes_in_hand_and_fetches_only_links(pics, no_allow
         await download(InputFile("pic.png", "image", "image/png", url=pics.url("/pic.png")), max_bytes=1 << 20,
                        budget=1)
     assert err.value.code == "input.refused" and pics.connections_accepted == 0
+
+
+# --- links an answer passes to the chat (netguard.chat_link) ----------------------------------------
+
+OWN = "https://user:secret@dify.example.com:8443/v1"
+
+
+@pytest.mark.parametrize("url", [
+    "https://cdn.example.com/a.png?sign=abc",
+    "http://93.184.215.14/report.pdf",
+    "https://dify.example.com:8443/files/x/file-preview?sign=s",
+])
+def test_public_links_pass(url):
+    assert netguard.chat_link(url, OWN) == url
+
+
+@pytest.mark.parametrize("url", [
+    "file:///etc/passwd", "javascript:alert(1)", "data:image/png;base64,AAAA", "ftp://example.com/x",
+    "http://169.254.169.254/latest/meta-data/", "http://127.0.0.1:8080/x", "http://10.0.0.5/x", "http://[::1]/x",
+    "http://2130706433/x", "http://[::ffff:127.0.0.1]/x", "http://localhost/x", "http://api.localhost/x",
+    "https://user:pw@cdn.example.com/x", "//evil.example.com/x", "https://cdn.example.com/a b.png",
+    "https://cdn.example.com/a\nb.png", "https://cdn.example.com/" + "a" * 9000, "",
+])
+def test_links_the_chat_must_not_get_are_refused(url):
+    assert netguard.chat_link(url, OWN) is None
+
+
+def test_the_platforms_own_host_and_the_owners_allow_list(monkeypatch):
+    own = "http://127.0.0.1:5001/v1"
+    assert netguard.chat_link("http://127.0.0.1:5001/files/a.png", own) == "http://127.0.0.1:5001/files/a.png"
+    assert netguard.chat_link("http://127.0.0.1:5002/files/a.png", own) is None, "another port is another host"
+    assert netguard.chat_link("/files/a.png?sign=1", OWN) == "https://dify.example.com:8443/files/a.png?sign=1"
+    assert netguard.chat_link("/files/a.png", None) is None, "a relative link needs the platform's address"
+    monkeypatch.setenv(FETCH_ALLOW_ENV, "10.0.0.0/8")
+    assert netguard.chat_link("http://10.0.0.5/x", OWN) == "http://10.0.0.5/x"

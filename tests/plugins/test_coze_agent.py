@@ -388,3 +388,18 @@ async def test_missing_bot_id_is_config_missing(srv, host, runner):
     code, _, message = failure(await run(runner, host, config=cfg(srv, **{"bot-id": ""})))
     assert code == "config.missing" and "bot-id" in message
     assert not srv.find_requests()
+
+
+def test_answer_file_links_to_private_addresses_are_dropped(runner):  # runner: the plugin is loaded
+    """A bot can echo a member's link in an object_string answer; only public http(s) links are
+    passed to the chat (LangBot fetches some itself: runner_kit.netguard.chat_link)."""
+    import json as _json
+
+    from coze_agent.adapter import _answer_content
+
+    parts = [{"type": "text", "text": "here"},
+             {"type": "image", "file_url": "http://169.254.169.254/latest/meta-data/"},
+             {"type": "file", "file_url": "http://user:pw@cdn.example.com/a.pdf"},
+             {"type": "image", "file_url": "https://cdn.example.com/ok.png"}]
+    text, files = _answer_content("object_string", _json.dumps(parts))
+    assert text == "here" and [f.url for f in files] == ["https://cdn.example.com/ok.png"]

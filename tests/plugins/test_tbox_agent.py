@@ -358,3 +358,14 @@ def test_usage_is_read_from_the_spellings_seen_and_never_zero_for_unknown(payloa
 )
 def test_follow_up_payload_shapes(payload):
     assert _adapter_module().follow_ups(payload) == ["a", "b"]
+
+
+async def test_image_links_to_private_addresses_never_reach_the_chat(srv, host, runner):
+    """An agent can give back a link a member wrote; LangBot fetches image links itself for some
+    platforms (Discord, Lark, Matrix), so a link to the metadata service or the LAN is dropped
+    (runner_kit.netguard.chat_link)."""
+    srv.image_urls = ["http://169.254.169.254/latest/meta-data/x.png", "http://127.0.0.1:9/x.png",
+                      "file:///etc/passwd", "https://cdn.example/1.png"]
+    msg = [r for r in await run(runner, host, config=cfg(srv)) if rtype(r) == "message.completed"][0]
+    links = [c["image_url"]["url"] for c in msg.data["message"]["content"] if c["type"] == "image_url"]
+    assert links == ["https://cdn.example/1.png"]
