@@ -11,7 +11,7 @@ session mode → per turn ``session/prompt``, whose ``session/update`` notificat
 
 - ``agent_message_chunk`` → answer text (codex-acp's model-metadata warning chunk is dropped),
   ``agent_thought_chunk`` → think, ``tool_call``/``tool_call_update`` → tool events (upserts by id),
-  ``plan`` → the progress line, ``usage_update`` → context usage when the prompt result has none;
+  ``plan`` → the progress line, ``usage_update`` → logged only (the context window's fill, not usage);
 - the prompt's result (``stopReason``, ``usage``) ends the turn; a JSON-RPC error is mapped by
   :mod:`.errors`.
 
@@ -61,7 +61,6 @@ from runner_kit.process import AgentProcess, child_env, private_home, save_attac
 from runner_kit.runner import Adapter
 from runner_kit.secret_proxy import SecretProxy
 from runner_kit.texts import t
-from runner_kit.wire import json_object
 
 from . import const, policy, providers
 from .errors import map_request_error, session_gone
@@ -129,7 +128,6 @@ class _Turn:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.context_used: int | None = None
         self.context_size: int | None = None
-        self.cost: dict[str, Any] | None = None
 
 
 class ACPClient:
@@ -434,11 +432,11 @@ class ACPAdapter(Adapter):
             out.append(ev.Usage(prompt_tokens=u.input_tokens, completion_tokens=u.output_tokens,
                                 total_tokens=u.total_tokens, extra=extra))
         elif turn.context_used:
-            # usage_update only tells how full the context window is (tokens in it after the turn)
-            context: dict[str, Any] = {"context_window": turn.context_size}
-            if turn.cost:
-                context["cost"] = turn.cost
-            out.append(ev.Usage(total_tokens=turn.context_used, extra=context))
+            # usage_update only tells how full the context window is (the tokens in it after the
+            # turn), not what the turn consumed: reported as usage and summed over turns, two small
+            # turns came to 81,000 "tokens". Consumption or nothing: the fill is only logged.
+            log.info("%s: the context window holds %s of %s tokens after this turn", self.agent_name,
+                     turn.context_used, turn.context_size or "?")
         reason = str(resp.stop_reason)
         out.append(ev.Meta("stop_reason", reason))
         out.append(ev.Finish(const.FINISH_REASONS.get(reason, reason)))
@@ -495,8 +493,6 @@ class ACPAdapter(Adapter):
             return _plan(update.entries)
         if kind == "usage_update":
             turn.context_used, turn.context_size = update.used, update.size
-            if update.cost is not None:
-                turn.cost = json_object(update.cost.model_dump(mode="json"))
             return []
         if kind == "current_mode_update":
             log.info("%s switched to mode %s", self.agent_name, update.current_mode_id)

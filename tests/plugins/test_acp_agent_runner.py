@@ -75,6 +75,17 @@ async def test_ok_usage_comes_from_the_prompt_result(srv, host):
     assert (end.usage.prompt_tokens, end.usage.completion_tokens, end.usage.total_tokens) == (n_in, 7, n_in + 7)
 
 
+async def test_the_context_windows_fill_is_not_reported_as_usage(srv, host):
+    """The real codex-acp 0.16.0 answers session/prompt without usage and sends usage_update {used,
+    size}: how full the context window is after the turn, not what the turn consumed. Reported as
+    the turn's total and summed over turns it grew with every message; LangBot gets no usage now."""
+    cfg = {**config(srv), "env": config(srv)["env"] + "\nFAKE_ACP_NO_RESULT_USAGE=1"}
+    runner = make_runner("acp-agent-runner", host)
+    ends = [terminal(await run(runner, host, text, config=cfg)) for text in ("hello", "and again")]
+    assert [rtype(e) for e in ends] == ["run.completed", "run.completed"]
+    assert [e.usage for e in ends] == [None, None], [e.usage for e in ends]
+
+
 async def test_resume_continues_the_same_agent_session_in_a_new_process(srv, host):
     runner = make_runner("acp-agent-runner", host)
     first = await run(runner, host, config=config(srv))

@@ -466,7 +466,8 @@ def test_runners_chat_keeps_the_conversation(dify, tmp_path):
 
 
 def test_the_suite_says_why_it_skips_without_the_source(tmp_path, monkeypatch):
-    """Runs everywhere: with no source tree the reason names the one command that provides it."""
+    """With no source tree the reason names the one command that provides it (in the default suite,
+    tests/test_warm_caches.py checks the same reason without a Dify)."""
     monkeypatch.setenv("DIFY_SOURCE", str(tmp_path / "nothing-here"))
     problem = dify_server.source_problem()
     assert problem is not None and dify_server.PROVIDE_COMMAND in problem and "nothing-here" in problem

@@ -23,7 +23,8 @@ What it does like the real codex-acp (fixtures/real-peers/codex-acp):
   amendment in this process (codex's execpolicy amendment); each answer is noted in
   ``FAKE_ACP_LOG`` (``permission``, with a deny reason sent in ``_meta.langbot.reason``, which also
   reaches the model in the tool output) —, ``usage_update {used, size}``, and the result
-  ``{stopReason, usage}`` (usage only when the model reported it).
+  ``{stopReason, usage}`` (usage only when the model reported it, and never with
+  ``FAKE_ACP_NO_RESULT_USAGE`` set: the real codex-acp 0.16.0 sends only ``usage_update``).
 - model API errors → ``-32603 "Internal error"`` with ``data {message, codex_error_info}`` in the
   Codex core's wording (500: "We're currently experiencing high demand…"; 429: "exceeded retry
   limit, last status: 429 Too Many Requests"; other statuses: "unexpected status <s> <reason>:
@@ -491,6 +492,8 @@ class FakeCodexACP:
         finally:
             s.task = None
         self._save(s)
+        if os.environ.get("FAKE_ACP_NO_RESULT_USAGE"):  # as the real codex-acp 0.16.0: usage_update only
+            usage = None
         return {"stopReason": "end_turn", **({"usage": usage} if usage else {})}
 
     async def _say(self, s: Session, update: dict[str, Any]) -> None:
