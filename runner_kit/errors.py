@@ -85,13 +85,19 @@ def status_to_code(status: int) -> str:
     return "upstream.protocol"
 
 
+# line breaks, other control characters (a terminal's escapes) and direction marks
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
 def platform_error(
     platform: str, taxonomy: str, hint: str, status: int | None, code: str | None, message: str | None
 ) -> RunnerError:
     """One platform error as the owner reads it: ``<Platform> error HTTP <status> <code>: <message>
     (<hint>)``; a generic ``upstream.error`` with a 5xx status is retryable ``upstream.unavailable``."""
     code = (code or "").strip()
-    message = (message or "").strip()
+    # the platform's words on one line: they may quote a chat member (a file name, a link), and are
+    # shown in the chat and logged; line breaks, other control characters and direction marks go
+    message = " ".join(_CONTROL.sub(" ", message or "").split())
     parts = [f"{platform} error"]
     if status:
         parts.append(f"HTTP {status}")

@@ -61,10 +61,6 @@ _TOO_LONG = re.compile(r"^(?P<name>\S+) in input form must be less than (?P<limi
 _FORM = re.compile(r"^(?:\(type '[^']*'\) )?(?P<name>\S+) in input form must be ")
 
 
-# line breaks, other control characters (a terminal's escapes) and direction marks
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
 def strip_route_help(message: str | None) -> str | None:
     """``message`` without Flask's "You have requested this URI … did you mean …" suffix."""
     if not message:
@@ -93,11 +89,9 @@ def _invalid_param(message: str) -> tuple[str, str] | None:
 
 def map_error(status: int | None, code: str | None, message: str | None) -> RunnerError:
     """One Dify error (pre-stream envelope or mid-stream ``error`` event) as a RunnerError. Dify's
-    words go on one line: they may quote a member (a refused file by the name Dify took from the
-    member's link, line breaks and all), and are shown in the chat and logged."""
-    message = strip_route_help(message)
-    if message:
-        message = " ".join(_CONTROL.sub(" ", message).split())
+    words may quote a member (a refused file by the name Dify took from the member's link, line
+    breaks and all): the kit's platform_error puts them on one line."""
+    message = strip_route_help(message)  # runner_kit.errors.platform_error puts it on one line
     taxonomy, hint = _BY_CODE.get(code or "", (status_to_code(status) if status else "upstream.error", ""))
     if code == "invalid_param" and message:
         taxonomy, hint = _invalid_param(message) or (taxonomy, hint)

@@ -80,3 +80,14 @@ def test_redact_value_reaches_every_string_of_a_tool_call():
                         "sk-live-123456789": {"n": None}}, r)
     assert "sk-live-123456789" not in repr(got)
     assert got["env"][1] == 3 and got["cmd"].startswith("echo ")
+
+
+def test_a_platforms_words_reach_the_chat_and_the_log_on_one_line():
+    """A platform's error text can quote a chat member (a file name, a link): its line breaks,
+    terminal escapes and direction marks never become lines or reversed text of their own."""
+    from runner_kit.errors import platform_error
+
+    err = platform_error("Dify", "upstream.bad_request", "", 400, "invalid_param",
+                         "File validation failed for file: a\n[INFO] run ok\r\x1b[2Kb\u202etxt.exe")
+    assert err.message == ("Dify error HTTP 400 invalid_param: File validation failed for file: a [INFO] run ok "
+                           "[2Kb txt.exe")

@@ -22,15 +22,17 @@ ANSWER = "Hello from the fake agent."
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
 
 
-@pytest.fixture
-def srv():
+@pytest.fixture(name="srv")
+def deerflow_fake():
+    """The fake DeerFlow gateway (other DeerFlow test modules import it: ``srv`` there too)."""
     with FakeDeerFlow(api_key=KEY) as s:
         yield s
     assert s.handler_errors == []
 
 
-@pytest.fixture
-def lg():
+@pytest.fixture(name="lg")
+def langgraph_fake():
+    """The fake as a plain LangGraph API server (``lg``)."""
     with FakeDeerFlow(flavor="langgraph") as s:
         yield s
     assert s.handler_errors == []

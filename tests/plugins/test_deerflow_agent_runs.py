@@ -15,11 +15,16 @@ from runners_cli.host import Identity
 from tests.fakes.deerflow import FakeDeerFlow, Thread
 from tests.fakes.http_server import FakeHTTPServer
 from tests.helpers import deltas, failure, final_text, rtype, run, state_updates, terminal
+from tests.plugins.test_deerflow_agent import (  # noqa: F401 - the srv and lg fixtures, as test_deerflow_agent has them
+    ANSWER,
+    KEY,
+    THREAD,
+    cfg,
+    deerflow_fake,
+    langgraph_fake,
+)
 
 PLUGIN = "deerflow-agent"  # tests/plugins/conftest.py: the host and runner fixtures
-KEY = "df-pat-runs-test-token"
-THREAD = "deerflow.thread_id"
-ANSWER = "Hello from the fake agent."
 FORCED_STOP = ("[FORCED STOP] Repeated tool calls exceeded the safety limit. Producing final answer with results "
                "collected so far.")
 SAFETY = ("The model provider stopped this response with a safety-related signal (finish_reason='content_filter', "
@@ -28,32 +33,11 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\x01" * 64
 REPORT = b"# Weather report\n\nParis is sunny.\n"
 
 
-@pytest.fixture
-def srv():
-    with FakeDeerFlow(api_key=KEY) as s:
-        yield s
-    assert s.handler_errors == []
-
-
-@pytest.fixture
-def lg():
-    with FakeDeerFlow(flavor="langgraph") as s:
-        yield s
-    assert s.handler_errors == []
-
-
 @pytest.fixture(autouse=True)
 def _fresh_reset_memory():
     resets.forget()
     yield
     resets.forget()
-
-
-def cfg(srv, **extra):
-    base = {"api-base": srv.base_url}
-    if srv.api_key:
-        base["api-key"] = KEY
-    return {**base, **extra}
 
 
 def advanced(srv, **extra):

@@ -31,8 +31,9 @@ SESSION = stored_key("dify.conversation_id")  # where the default identity's con
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\x01" * 32).decode()
 
 
-@pytest.fixture
-def srv():
+@pytest.fixture(name="srv")
+def dify_fake():
+    """The fake Dify (other Dify test modules import this fixture: ``srv`` there too)."""
     with FakeDify(api_key=KEY) as s:
         yield s
 

@@ -12,12 +12,10 @@ import time
 import pytest
 
 from runners_cli.host import Identity
-from tests.fakes.dify import FakeDify
 from tests.helpers import failure, final_text, rtype, run, state_updates, stored_key, terminal
+from tests.plugins.test_dify import KEY, SESSION, cfg, dify_fake  # noqa: F401 - dify_fake: the srv fixture, as test_dify has it
 
 PLUGIN = "dify-agent"  # tests/plugins/conftest.py: the host and runner fixtures
-KEY = "app-dify-reset-key-1"
-SESSION = stored_key("dify.conversation_id")
 ALICE = Identity(actor_id="alice", actor_name="Alice")
 BOB = Identity(actor_id="bob", actor_name="Bob")
 # Dify publishes a ping every 10 s of a stream (langgenius/dify @cd03e0a9 (1.12.1)
@@ -25,16 +23,6 @@ BOB = Identity(actor_id="bob", actor_name="Bob")
 # elapsed_time // 10 grows, sent as "event: ping")
 PING_INTERVAL = 10.0
 SCALE = 0.02  # the default idle timeout and Dify's ping interval, both scaled to milliseconds
-
-
-@pytest.fixture
-def srv():
-    with FakeDify(api_key=KEY) as s:
-        yield s
-
-
-def cfg(srv, **extra):
-    return {"base-url": srv.base_url, "api-key": KEY, "app-type": "chat", **extra}
 
 
 def chat_ids(srv):

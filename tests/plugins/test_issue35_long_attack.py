@@ -13,39 +13,23 @@ import time
 import pytest
 
 from runners_cli.host import Identity
-from tests.fakes.dify import FakeDify, dify_file
+from tests.fakes.dify import dify_file
 from tests.helpers import (
     failure,
     final_text,
     rtype,
     run,
     state_updates,
-    stored_key,
     terminal,
 )
+from tests.plugins.test_dify import KEY, SESSION, cfg, chat_bodies, dify_fake  # noqa: F401 - dify_fake: the srv fixture, as test_dify has it
 
 PLUGIN = "dify-agent"  # tests/plugins/conftest.py: the host and runner fixtures
-KEY = "app-dify-issue35-long"
-SESSION = stored_key("dify.conversation_id")
-
-
-@pytest.fixture
-def srv():
-    with FakeDify(api_key=KEY) as s:
-        yield s
-
-
-def cfg(srv, **extra):
-    return {"base-url": srv.base_url, "api-key": KEY, "app-type": "chat", **extra}
 
 
 def chatflow(srv, **extra):
     srv.mode = "chatflow"
     return cfg(srv, **{"app-type": "chatflow", **extra})
-
-
-def chat_bodies(srv):
-    return [r.json() for r in srv.find_requests("POST", "/v1/chat-messages")]
 
 
 def content_of(results):

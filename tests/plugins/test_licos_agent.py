@@ -29,14 +29,16 @@ HOST_FIELDS = {"enable-all-tools": False, "tools": [], "knowledge-bases": [], "m
                "mcp-resource-agent-read-enabled": False}
 
 
-@pytest.fixture
-def srv():
+@pytest.fixture(name="srv")
+def licos_fake():
+    """The fake LICOS runtime, legacy protocol (other LICOS test modules import it: ``srv`` there too)."""
     with FakeLicos() as s:
         yield s
 
 
-@pytest.fixture
-def msrv():
+@pytest.fixture(name="msrv")
+def licos_managed_fake():
+    """The fake LICOS runtime, managed protocol with :data:`TOKEN` (``msrv``)."""
     with FakeLicos(TOKEN, managed=True) as s:
         yield s
 

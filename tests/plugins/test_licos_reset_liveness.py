@@ -12,11 +12,16 @@ import time
 import pytest
 
 from runners_cli.host import Identity
-from tests.fakes.licos import FakeLicos
 from tests.helpers import failure, final_text, rtype, run, state_updates, stored_key, terminal
+from tests.plugins.test_licos_agent import (  # noqa: F401 - the srv and msrv fixtures, as test_licos_agent has them
+    TOKEN,
+    cfg,
+    licos_fake,
+    licos_managed_fake,
+    mcfg,
+)
 
 PLUGIN = "licos-agent"  # tests/plugins/conftest.py: the host and runner fixtures
-TOKEN = "licos-user-token-reset-1"
 SESSION = stored_key("licos.session_id")
 ALICE = Identity(actor_id="alice", actor_name="Alice")
 BOB = Identity(actor_id="bob", actor_name="Bob")
@@ -24,26 +29,6 @@ BOB = Identity(actor_id="bob", actor_name="Bob")
 # service.py _stream_sse_agent_platform for the legacy /stream_run: ": ping" after that long quiet
 PING_INTERVAL = 30.0
 SCALE = 0.01  # the default idle timeout and LICOS's ping interval, both scaled to milliseconds
-
-
-@pytest.fixture
-def srv():
-    with FakeLicos() as s:
-        yield s
-
-
-@pytest.fixture
-def msrv():
-    with FakeLicos(TOKEN, managed=True) as s:
-        yield s
-
-
-def cfg(s, **kw):
-    return {"base-url": s.base_url, **kw}
-
-
-def mcfg(s, **kw):
-    return {"base-url": s.base_url, "api-key": TOKEN, "protocol": "managed", **kw}
 
 
 async def settled(srv, n, wait=2.0):

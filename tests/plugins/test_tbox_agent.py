@@ -32,8 +32,9 @@ HOST_FIELDS = {"enable-all-tools": False, "tools": [], "knowledge-bases": [], "m
                "mcp-resource-agent-read-enabled": False}
 
 
-@pytest.fixture
-def srv():
+@pytest.fixture(name="srv")
+def tbox_fake():
+    """The fake Tbox (other Tbox test modules import this fixture: ``srv`` there too)."""
     with FakeTbox(api_key=KEY, app_id=APP) as s:
         yield s
     assert s.handler_errors == []

@@ -14,26 +14,12 @@ import time
 
 import pytest
 
-from tests.fakes.tbox import FakeTbox
-from tests.helpers import failure, final_text, rtype, run, state_updates, stored_key, terminal
+from tests.helpers import failure, final_text, rtype, run, state_updates, terminal
+from tests.plugins.test_tbox_agent import KEY, SESSION, cfg, tbox_fake  # noqa: F401 - tbox_fake: the srv fixture
 
 PLUGIN = "tbox-agent"  # tests/plugins/conftest.py: the host and runner fixtures
-KEY = "pat_tbox_reset_token_0001"
-APP = "202501010000000456"
-SESSION = stored_key("tbox.conversation_id")
 GATEWAY_CUT = 90.0  # seconds after which Tbox's gateway was seen cutting an answer off
 SCALE = 0.005  # the default idle timeout and the gateway's cut, both scaled to milliseconds
-
-
-@pytest.fixture
-def srv():
-    with FakeTbox(api_key=KEY, app_id=APP) as s:
-        yield s
-    assert s.handler_errors == []
-
-
-def cfg(srv, **extra):
-    return {"base-url": srv.base_url, "api-key": KEY, "app-id": APP, **extra}
 
 
 async def test_a_reset_starts_a_new_tbox_conversation_and_asks_tbox_nothing_else(srv, host, runner):

@@ -38,6 +38,7 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -274,8 +275,6 @@ def _run(args: list[str], log: Path, what: str, *, cwd: Path | None = None, env:
 
 
 def _wait_port(proc: subprocess.Popen[bytes], port: int, log: Path, what: str, timeout: float = 60) -> None:
-    import socket
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
