@@ -96,8 +96,9 @@ def platform_error(
     (<hint>)``; a generic ``upstream.error`` with a 5xx status is retryable ``upstream.unavailable``."""
     code = (code or "").strip()
     # the platform's words on one line: they may quote a chat member (a file name, a link), and are
-    # shown in the chat and logged; line breaks, other control characters and direction marks go
-    message = " ".join(_CONTROL.sub(" ", message or "").split())
+    # shown in the chat and logged; line breaks, other control characters and direction marks go.
+    # Redacted first: "password: Sunshine<LF>retry" on one line reads as prose to the redaction
+    message = " ".join(_CONTROL.sub(" ", redact(message or "")).split())
     parts = [f"{platform} error"]
     if status:
         parts.append(f"HTTP {status}")

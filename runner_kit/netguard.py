@@ -43,6 +43,7 @@ import os
 import re
 import socket
 import time
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -253,11 +254,22 @@ def chat_link(url: str, own: str | None = None) -> str | None:
         return None
     if home is not None and where == (home.scheme.lower(), home.hostname, home.port):
         return url
-    allow, ip = AllowList.from_env(), parse_ip(parts.hostname)
-    local = parts.hostname == "localhost" or parts.hostname.endswith(".localhost")
-    if (local or (ip is not None and refusal(ip) and not allow.allows_ip(ip))) and not allow.allows_host(parts.hostname):
+    host = _as_fetched(parts.hostname)
+    allow, ip = AllowList.from_env(), parse_ip(host)
+    local = host == "localhost" or host.endswith(".localhost")
+    if (local or (ip is not None and refusal(ip) and not allow.allows_ip(ip))) and not allow.allows_host(host):
         return None
     return url
+
+
+def _as_fetched(host: str) -> str:
+    """``host`` as the client that fetches the link reads it: IDNA's mapping (full-width letters and
+    digits, the ideographic full stops: ``１２７。0．0.1`` is 127.0.0.1 to httpx and aiohttp),
+    percent-decoded (as browsers do), lowercase, without the trailing dots (``localhost.``). An IPv6
+    literal is left to :func:`parse_ip` (its zone's ``%25``)."""
+    if ":" in host:
+        return host.lower()
+    return unicodedata.normalize("NFKC", unquote(host)).lower().replace("\u3002", ".").rstrip(".")
 
 
 def shown_host(host: str) -> str:
