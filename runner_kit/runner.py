@@ -24,8 +24,10 @@ import time
 import traceback
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable, Mapping
 from contextlib import aclosing, asynccontextmanager
+from contextlib import suppress as _suppress_ctx
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -35,6 +37,7 @@ from langbot_plugin.api.entities.builtin.runner.result import RunnerResult
 
 from . import agent_mcp, resets, routing, sessions, texts
 from . import approvals as ap
+from . import chat_commands as cc
 from . import events as ev
 from .channel import Channel
 from .config import Config, ConfigSchema
@@ -322,6 +325,15 @@ class Adapter:
         (``follow-up-mode: interrupt``); the turn's event stream should end soon after (or, for a
         loop that takes the follow-ups in with :meth:`RunEnv.follow_ups`, go on with them)."""
 
+    #: the chat drives this agent with commands (runner_kit.chat_commands: /new, /stop, /mode …),
+    #: keeps a per-session book of its turns and cost, and gets files its answers name
+    commands: ClassVar[bool] = False
+
+    def workspace_path(self) -> Path | None:
+        """The agent's working directory for this run's session (coding agents: /diff, files its
+        answers name); None when it has none."""
+        return None
+
     def activity(self) -> str | None:
         """What the running turn waits on right now when it is not the platform itself ("the tool
         'search'"), so a time limit reached meanwhile names it; None names the platform."""
@@ -373,6 +385,146 @@ STILL_WORKING_AFTER = 20.0
 INTERRUPTED_NOTE = "(Stopped here to take your next message.)"
 NO_REPLY_TEXT = "(The agent finished this request without a reply.)"
 NO_REPLY_TEXT_ZH = "（智能体完成了这次请求，但没有回复。）"
+
+
+def stopped_note(who: str) -> str:
+    return texts.t("(Stopped by {who}.)", "（已由 {who} 停止。）", who=who)
+
+
+def _stopper(adapter: Adapter, stopped: list[str]) -> Callable[[str], None]:
+    """What a /stop calls for the turn ``adapter`` runs: note who, and interrupt it through the
+    agent's own interrupt (the session stays usable), once."""
+
+    def stop(by: str) -> None:
+        if stopped:
+            return
+        stopped.append(by)
+        task = asyncio.get_running_loop().create_task(_interrupt(adapter))
+        _CLEANUPS.add(task)
+        task.add_done_callback(_CLEANUPS.discard)
+
+    return stop
+
+
+async def _interrupt(adapter: Adapter) -> None:
+    try:
+        await asyncio.wait_for(adapter.interrupt(), timeout=CANCEL_GRACE)
+    except Exception as exc:  # noqa: BLE001 - the turn then simply runs to its end
+        get_logger("runner_kit.run").info("%s: stopping the turn failed: %s", adapter.platform, type(exc).__name__)
+
+
+def _conversation_state(ctx: Any) -> dict[str, Any]:
+    state = getattr(ctx, "state", None)
+    snapshot = getattr(state, "conversation", None)
+    return snapshot if isinstance(snapshot, dict) else {}
+
+
+def _book_and_day(env: RunEnv, platform: str) -> tuple[cc.Entry | None, dict[str, Any]]:
+    """The current agent session's entry in its book and the day's totals (for the budgets)."""
+    if env.session.key is None:
+        return None, cc.Day(env.ctx, platform).totals
+    book = cc.Book.load(_conversation_state(env.ctx), env.session.key)
+    return book.find(env.session.current), cc.Day(env.ctx, platform).totals
+
+
+def _chosen(env: RunEnv, adapter_cls: type[Adapter]) -> RunEnv:
+    """``env`` with the mode and model the chat chose for its session (runner_kit.chat_commands)."""
+    if adapter_cls.commands and env.session.key is not None:
+        env.config = cc.effective(env.config, cc.Book.load(_conversation_state(env.ctx), env.session.key))
+    return env
+
+
+def _count_turn(env: RunEnv, platform: str, inp: UserInput | None, delta: dict[str, Any]
+                ) -> tuple[cc.Entry | None, list[tuple[str, Any, str]]]:
+    """One finished turn in the session's book and the day's totals: the entry, and the state to write
+    (also put into the run's snapshot, so a later turn or command of this run reads it)."""
+    writes: list[tuple[str, Any, str]] = [(cc.DAY_KEY, cc.Day(env.ctx, platform).add(delta), "runner")]
+    entry = None
+    if env.session.key is not None and env.session.current:
+        snapshot = _conversation_state(env.ctx)
+        book = cc.Book.load(snapshot, env.session.key)
+        entry = book.note_turn(env.session.current, inp.text if inp is not None else "", delta)
+        value = book.value()
+        writes.append((book.key, value, "conversation"))
+        state = getattr(env.ctx, "state", None)
+        if state is not None and getattr(state, "conversation", None) is None:
+            with _suppress_ctx(Exception):
+                state.conversation = snapshot
+        snapshot[book.key] = value
+    return entry, writes
+
+
+async def _command(command: cc.Command, ctx: Any, env: RunEnv, config: Config, builder: ResultBuilder,
+                   adapter_cls: type[Adapter], slot: sessions.Slot | None, conv_key: str | None
+                   ) -> AsyncGenerator[RunnerResult, None]:
+    """Answer a chat command (runner_kit.chat_commands) sent by ``ctx``'s sender: one message, and
+    what it changes in conversation state."""
+    if slot is not None and slot.catch_up(ctx):  # what runs of this session stored meanwhile
+        env.refresh()
+    adapter = adapter_cls(env)
+
+    async def diff() -> cc.Said:
+        from . import workspace_files  # noqa: PLC0415 - only /diff needs it
+
+        workspace = adapter.workspace_path()
+        if workspace is None:
+            return cc.Said(texts.t("This agent has no workspace to compare.", "这个智能体没有可比较的工作目录。"))
+        entry, _day = _book_and_day(env, adapter_cls.platform)
+        found = await workspace_files.diff(workspace, since=entry.started if entry else None)
+        return cc.Said(_diff_text(found.summary, found.patch))
+
+    key = slot.key if slot is not None else sessions.key_of(ctx, adapter_cls.platform, adapter_cls.session_key,
+                                                            config.get("user-id-source"))
+    said = await cc.answer(command, ctx, config, session_key=env.session.key, current=env.session.current,
+                           slot_key=key, conversation=conv_key, platform=adapter_cls.platform, diff=diff,
+                           parked=key is not None and key in ap.PARKED)
+    snapshot = _conversation_state(ctx)
+    for key_, value, scope in said.writes:
+        yield builder.state(key_, value, scope)
+        if scope == "conversation":
+            if value is None:
+                snapshot.pop(key_, None)
+            else:
+                snapshot[key_] = value
+    get_logger("runner_kit.run").info("chat command /%s answered", command.name if command.known else "?")
+    yield builder.notice_message(said.text)
+
+
+async def _named_files(adapter: Adapter | None, env: RunEnv, builder: ResultBuilder) -> str | None:
+    """Files in the agent's workspace that its answer links to (a markdown image or link, a
+    ``file://`` link) go with the answer, within the size limits; the line naming the ones left out."""
+    text = builder.visible()
+    if adapter is None or "](" not in text and "file://" not in text:
+        return None
+    try:
+        workspace = adapter.workspace_path()
+        if workspace is None:
+            return None
+        from . import outfiles, workspace_files  # noqa: PLC0415 - only answers that link to something
+
+        found, left_out = await asyncio.to_thread(
+            workspace_files.named_files, text, workspace, max_bytes=env.max_bytes,
+            room=outfiles.room(len(text)), backticks=False)
+    except Exception as exc:  # noqa: BLE001 - the answer stands without its files
+        get_logger("runner_kit.run").info("files named in the answer were not attached: %s", type(exc).__name__)
+        return None
+    builder.attachments.extend(found)
+    return outfiles.left_out_note(left_out).strip() if left_out else None
+
+
+DIFF_INLINE_CHARS = 3000  # the patch shown under /diff's summary at most (the chat takes no file from a plugin)
+
+
+def _diff_text(summary: str, patch: bytes | None) -> str:
+    if not patch:
+        return summary
+    text = patch.decode("utf-8", "replace")
+    if len(text) > DIFF_INLINE_CHARS:
+        cut = text[:DIFF_INLINE_CHARS].rsplit("\n", 1)[0]
+        more = texts.t("(… {n} more characters of the patch not shown)", "（……补丁还有 {n} 个字符未显示）",
+                       n=len(text) - len(cut))
+        return f"{summary}\n\n```diff\n{cut}\n```\n{more}"
+    return f"{summary}\n\n```diff\n{text.rstrip()}\n```"
 
 
 def interrupted_note() -> str:
@@ -530,6 +682,16 @@ async def drive(
                     ending = (adapter_cls(env), abandoned)
 
             builder.on_state = slot.writer(ctx) if slot is not None else None
+            if adapter_cls.commands:
+                command = cc.command_of(inp, config)
+                if command is not None:
+                    async with aclosing(_command(command, ctx, env, config, builder, adapter_cls, slot,
+                                                 conv_key)) as commanded:
+                        async for r in commanded:
+                            yield r
+                    yield builder.completed(usage)
+                    return
+                inp = env.input = cc.unescaped(inp, config)
             if not adapter_cls.multi_turn:
                 async with aclosing(routing.take(slot, env, builder, hold)) as waited:
                     async for r in waited:
@@ -563,6 +725,19 @@ async def drive(
 
             steer.key = slot.key if slot is not None else None
             env.steering = steer
+            if adapter_cls.commands:
+                steer.command_config = config
+
+                def on_stop(item: Any) -> bool:
+                    """A /stop among the follow-ups: stops the sender's own session's turn (an
+                    approver's: every turn running in the conversation) right away."""
+                    actor, name = ap.actor_of(item)
+                    keys = [k for k in (own_key(item),) if k]
+                    if cc.is_approver(config, actor):
+                        keys += cc.running_in(conv_key)
+                    return cc.stop_in(dict.fromkeys(keys), name or actor or "someone") > 0
+
+                steer.on_stop = on_stop
             watch = steer if follow_up_mode(config) == "interrupt" else None
             # what a typed wait leaves of the run (_typed_wait): with no more than about that left, this
             # run takes on no other session's work (a turn to answer, a question to resume)
@@ -632,7 +807,7 @@ async def drive(
                             turn_input = routing.held_input(slot.take_held(), known=[ap.actor_of(ctx)])
                         else:
                             turn_input = routing.with_held(slot, inp, ap.actor_of(ctx))
-                        live = session_adapter = adapter_cls(env)
+                        live = session_adapter = adapter_cls(_chosen(env, adapter_cls))
             if waiting is not None:
                 attach = _attach(waiting, ctx, env, inp)
                 if attach.hold and waiting.slot is not None:  # kept for the session's next turn
@@ -653,12 +828,28 @@ async def drive(
             if session_adapter is None:
                 steer.key = None  # what LangBot claims for this run from here goes to its sender's session
             while True:
+                if turn_input is not None and session_adapter is not None and adapter_cls.commands and resume is None:
+                    over = cc.over_budget(config, *_book_and_day(env, platform))
+                    if over is not None:  # a budget is used up: the agent does not start this turn
+                        yield builder.notice_message(over)
+                        builder.next_message()
+                        turn_input = None
                 if turn_input is not None and session_adapter is not None:
                     this_session = session_adapter
-                    async with aclosing(one_turn(lambda _, a=this_session: a, turn_input, index, watch,  # type: ignore[misc]
-                                                 resume)) as turn:
-                        async for result in turn:
-                            yield result
+                    before = usage.as_dict()
+                    stopped: list[str] = []
+                    running_key = hold.slot.key if hold.slot is not None and adapter_cls.commands else None
+                    running = None
+                    if running_key is not None:
+                        running = cc.RUNNING[running_key] = cc.Running(running_key, _stopper(this_session, stopped))
+                    try:
+                        async with aclosing(one_turn(lambda _, a=this_session: a, turn_input, index, watch,  # type: ignore[misc]
+                                                     resume)) as turn:
+                            async for result in turn:
+                                yield result
+                    finally:
+                        if running is not None and cc.RUNNING.get(running.key) is running:
+                            del cc.RUNNING[running.key]
                     resume = None
                     if env.session.dirty:
                         yield builder.state(env.session.key, env.session.current)  # type: ignore[arg-type]
@@ -707,15 +898,34 @@ async def drive(
                             steer.others.clear()
                             break
                         continue
-                    final = builder.final_message(note=interrupted_note() if pump.interrupted else None)
-                    if final is None and pump.interrupted:
-                        final = builder.notice_message(interrupted_note())
+                    notes = [stopped_note(stopped[0]) if stopped else interrupted_note() if pump.interrupted else None]
+                    if adapter_cls.commands:
+                        entry, writes = _count_turn(env, platform, turn_input, cc.usage_delta(before, usage.as_dict()))
+                        for key, value, scope in writes:
+                            yield builder.state(key, value, scope)
+                        notes.append(await _named_files(session_adapter, env, builder))
+                        if _flag(config, "cost-footer", False):
+                            notes.append(cc.footer(entry))
+                    note = "\n".join(n for n in notes if n) or None
+                    final = builder.final_message(note=note)
+                    if final is None and (pump.interrupted or stopped):
+                        final = builder.notice_message(note or interrupted_note())
                     if final is None and not builder.no_reply and not builder.messages_sent:
                         if index == 0 and env.ctx is ctx:  # the run's own message got nothing
                             raise RunnerError("upstream.empty_response", f"{platform} finished without any answer")
                         final = builder.notice_message(texts.t(NO_REPLY_TEXT, NO_REPLY_TEXT_ZH))
                     if final is not None:
                         yield final  # each turn is its own reply in the chat
+                    if stopped:  # what the session sent before the /stop is not started either
+                        await steer.pull()
+                        if steer.pending:
+                            builder.next_message()
+                            yield builder.notice_message(texts.t(
+                                "(Not started after the stop: {what}. Send it again when you want it.)",
+                                "（停止后未开始处理：{what}。需要时请重新发送。）",
+                                what="; ".join(f"“{' '.join(text_of(i).split())[:60]}”" for i in steer.pending[:3])
+                                + (" …" if len(steer.pending) > 3 else "")))
+                            steer.pending = []
                 steer.turn_done()
                 if session_adapter is not None and env.agent_notes:  # told before anything else the session hears next
                     told = "\n\n".join(env.agent_notes)
@@ -732,6 +942,17 @@ async def drive(
                     builder = _builder(ctx, config, multi_turn=True, slot=hold.slot)
                     continue
                 await steer.pull()
+                while steer.commands:  # commands among the follow-ups: answered now, each in its sender's session
+                    item, command = steer.commands.pop(0)
+                    vctx = sessions.view(ctx, item)
+                    item_env = RunEnv(vctx, config, redact, adapter_cls.session_key)
+                    item_env.limit, item_env.deadline = env.limit, env.deadline
+                    with texts.to(_words(text_of(item)), _person(vctx)):
+                        async with aclosing(_command(command, vctx, item_env, config, builder, adapter_cls,
+                                                     sessions.SLOTS.get(own_key(item) or ""), conv_key)) as commanded:
+                            async for r in commanded:
+                                yield r
+                    builder.next_message()
                 steer.defer()  # another member's session has waited long enough: it goes first
                 if steer.pending and session_adapter is None:  # no agent here to give them to: their session's
                     if slot is not None:
@@ -839,7 +1060,7 @@ async def drive(
                     if not steer.pending:
                         continue
                     who = ap.actor_of(steer.pending[0])[1] or texts.t("someone", "某位成员")
-                    live = adapter_cls(env)
+                    live = adapter_cls(_chosen(env, adapter_cls))
                     session_adapter = live
                     index = -1  # the batch below is this session's first turn (index 0)
                     if key != (slot.key if slot is not None else None):
@@ -1126,14 +1347,16 @@ async def _produce(events: AsyncIterator[ev.Event], queue: _Events) -> None:
         queue.put_nowait(_Raised(exc))
 
 
-async def _poll(steer: Steering, queue: _Events) -> None:
+async def _poll(steer: Steering, queue: _Events, interrupt: bool = True) -> None:
     """``follow-up-mode: interrupt``: ``_STEERED`` once a follow-up arrives (not while a question is open);
-    again for later ones once the turn took those into itself (:meth:`RunEnv.follow_ups`)."""
+    again for later ones once the turn took those into itself (:meth:`RunEnv.follow_ups`). Without
+    ``interrupt`` (a runner that takes chat commands, in ``next-turn`` mode) it only pulls, so a
+    ``/stop`` reaches the running turn; the follow-ups wait for the turn's end as before."""
     while True:
         await asyncio.sleep(POLL_INTERVAL)
         if steer.hold:  # a question is open: its answer must not interrupt the turn
             continue
-        if await steer.pull():
+        if await steer.pull() and interrupt:
             steer.taken.clear()
             queue.put_nowait(_STEERED)
             await steer.taken.wait()  # a turn that ends instead: this poller is cancelled with it
@@ -1170,7 +1393,11 @@ async def _pump(
         task = resume.task
     else:
         task = loop.create_task(_produce(source if source is not None else adapter.stream(), queue))
-    poller = loop.create_task(_poll(watch, queue)) if watch is not None and watch.enabled else None
+    poller = None
+    if watch is not None and watch.enabled:
+        poller = loop.create_task(_poll(watch, queue))
+    elif (steer := env.steering) is not None and steer.enabled and steer.command_config is not None:
+        poller = loop.create_task(_poll(steer, queue, interrupt=False))
     deadline_timer = loop.call_at(loop.time() + max(env.deadline - time.monotonic(), 0.0), queue.put_nowait, _TIMEOUT)
     if idle > 0:
         sink.idle_timer = loop.call_later(idle, sink.check_idle)

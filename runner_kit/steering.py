@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import sessions
+from .chat_commands import item_command
 from .errors import RunnerError
 from .inputs import DEFAULT_MAX_BYTES, InputFile, UserInput, collect_input
 from .logs import get_logger
@@ -68,6 +69,12 @@ class Steering:
     streak: int = 0  # turns the session being answered took while another session's follow-ups waited
     # set when a running turn took follow-ups into itself (RunEnv.follow_ups): the interrupt poller goes on
     taken: asyncio.Event = field(default_factory=asyncio.Event)
+    # chat commands (runner_kit.chat_commands), when the runner takes them: the run's config; a
+    # command never becomes a turn, it waits in ``commands`` to be answered between turns, and a
+    # ``/stop`` goes to ``on_stop`` at once (True: it stopped a running turn, nothing more to say)
+    command_config: Any = None
+    commands: list[tuple[Any, Any]] = field(default_factory=list)
+    on_stop: Callable[[Any], bool] | None = None
 
     @classmethod
     def for_run(cls, ctx: Any) -> Steering:
@@ -89,7 +96,20 @@ class Steering:
             return None
 
     def keep(self, item: Any) -> bool:
-        """File a pulled follow-up under its session; True when that is the session being answered."""
+        """File a pulled follow-up under its session; True when that is the session being answered.
+        A chat command is filed in ``commands`` instead (a ``/stop`` that stopped a turn nowhere)."""
+        if self.command_config is not None:
+            cmd = item_command(item, self.command_config)
+            if cmd is not None:
+                stopped = False
+                if cmd.name == "stop" and self.on_stop is not None:
+                    try:
+                        stopped = self.on_stop(item)
+                    except Exception as exc:  # noqa: BLE001 - then it is answered between turns
+                        log.warning("a /stop could not stop the turn: %s", type(exc).__name__)
+                if not stopped:
+                    self.commands.append((item, cmd))
+                return False
         key = self.session_of(item)
         if key is None or key == self.key:
             self.pending.append(item)

@@ -125,8 +125,13 @@ def stored_key(base: str, identity: Identity | None = None, source: str = "actor
     return key
 
 
-def state_updates(results: list[Any]) -> dict[str, Any]:
-    return {r.data["key"]: r.data["value"] for r in results if rtype(r) == "state.updated"}
+def state_updates(results: list[Any], *, books: bool = False) -> dict[str, Any]:
+    """Every key a run stored and its last value; without ``books``, not the coding agents' session
+    book and day totals (runner_kit.chat_commands), which every turn of theirs updates."""
+    from runner_kit.chat_commands import BOOK_SUFFIX, DAY_KEY
+
+    return {r.data["key"]: r.data["value"] for r in results if rtype(r) == "state.updated"
+            and (books or not (r.data["key"].endswith(BOOK_SUFFIX) or r.data["key"] == DAY_KEY))}
 
 
 __all__ = ["Identity", "LocalHost", "make_runner", "run", "terminal", "failure", "final_text", "deltas", "dump"]

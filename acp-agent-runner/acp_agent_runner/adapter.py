@@ -215,6 +215,10 @@ class ACPAdapter(Adapter):
     platform = const.PLATFORM
     session_key = const.SESSION_KEY
     multi_turn = True
+    commands = True  # /new, /stop, /mode … from the chat (runner_kit.chat_commands)
+
+    def workspace_path(self) -> Path | None:
+        return workspace_dir(self.env, self.env.config.get("workspace"), const.DATA_NAME)
 
     @classmethod
     def check_setup(cls, raw: Any, schema: ConfigSchema) -> None:

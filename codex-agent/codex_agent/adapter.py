@@ -85,6 +85,10 @@ class CodexAdapter(Adapter):
     platform = const.PLATFORM
     session_key = const.SESSION_KEY
     multi_turn = True
+    commands = True  # /new, /stop, /mode … from the chat (runner_kit.chat_commands)
+
+    def workspace_path(self) -> Path | None:
+        return workspace_dir(self.env, self.env.config.get("workspace"), DATA)
 
     @classmethod
     def check_setup(cls, raw: Any, schema: ConfigSchema) -> None:
