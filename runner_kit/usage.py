@@ -59,8 +59,9 @@ class UsageTotals:
         return bool(self._totals)
 
     def as_dict(self) -> dict[str, Any] | None:
-        """The envelope usage dict, or None when nothing is known."""
-        if not self._totals:
+        """The envelope usage dict, or None when nothing is known (a cost alone is known: an ACP
+        agent may report what a turn cost and no token counts)."""
+        if not self._totals and not self._extra:
             return None
         out: dict[str, Any] = dict(self._totals)
         out.update(self._extra)

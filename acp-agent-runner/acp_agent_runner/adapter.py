@@ -52,7 +52,7 @@ from pydantic import ValidationError
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
-from runner_kit import sandbox
+from runner_kit import housekeeping, sandbox
 from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.inputs import InputFile, UserInput
@@ -128,6 +128,7 @@ class _Turn:
         self.queue: asyncio.Queue[Any] = asyncio.Queue()
         self.context_used: int | None = None
         self.context_size: int | None = None
+        self.cost: tuple[float, str] | None = None  # usage_update's cumulative session cost, the latest
 
 
 class ACPClient:
@@ -234,6 +235,7 @@ class ACPAdapter(Adapter):
         self.auth_methods: list[str] = []
         self.workspace = Path(".")
         self.session_id: str | None = None
+        self._cost_base: float | None = None  # the session's cumulative cost seen last (usage_update.cost)
         self._turn: _Turn | None = None
         self._prompt: asyncio.Task[Any] | None = None
         self._cancelling = False
@@ -250,6 +252,7 @@ class ACPAdapter(Adapter):
     async def _start(self) -> None:
         cfg = self.env.config
         self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.DATA_NAME)
+        await housekeeping.hold(self._stack, const.DATA_NAME, self.workspace, cfg.get("cleanup-after-days"))
         self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
         spec = providers.launch(cfg, self._proxy)
         home = private_home(const.DATA_NAME, self.workspace)
@@ -353,6 +356,7 @@ class ACPAdapter(Adapter):
             if not isinstance(new.session_id, str) or not new.session_id.strip():
                 raise RunnerError("upstream.protocol", f"{self.agent_name} returned no session id")
             self.session_id = new.session_id
+            self._cost_base = 0.0  # a new session has cost nothing yet
             modes = new.modes
             yield ev.SessionId(new.session_id)
         await self._apply_mode(modes)
@@ -427,14 +431,34 @@ class ACPAdapter(Adapter):
         for item in self._finish(resp, turn):
             yield item
 
+    def _turn_cost(self, turn: _Turn) -> float | None:
+        """What this turn cost in US dollars: usage_update's ``cost`` is the session's cumulative
+        cost, so the turn's is its growth since the last one seen. A session continued from an
+        earlier run has no known start in this process: its first turn's cost stays unknown (the
+        agent may or may not count the earlier runs), later ones are exact."""
+        if turn.cost is None:
+            return None
+        amount, currency = turn.cost
+        base, self._cost_base = self._cost_base, amount
+        if currency != "USD" or base is None:
+            if currency != "USD":
+                log.info("%s reports its cost in %s, not USD; not counted", self.agent_name, currency or "?")
+            return None
+        return max(0.0, amount - base)
+
     def _finish(self, resp: Any, turn: _Turn) -> list[ev.Event]:
         out: list[ev.Event] = []
         u = resp.usage
+        cost = self._turn_cost(turn)
         if u is not None:
             extra = {k: v for k, v in (("thought_tokens", u.thought_tokens), ("cached_read_tokens", u.cached_read_tokens),
                                        ("cached_write_tokens", u.cached_write_tokens)) if v is not None}
+            if cost is not None:
+                extra["cost_usd"] = cost
             out.append(ev.Usage(prompt_tokens=u.input_tokens, completion_tokens=u.output_tokens,
                                 total_tokens=u.total_tokens, extra=extra))
+        elif cost is not None:
+            out.append(ev.Usage(None, None, None, extra={"cost_usd": cost}))
         elif turn.context_used:
             # usage_update only tells how full the context window is (the tokens in it after the
             # turn), not what the turn consumed: reported as usage and summed over turns, two small
@@ -497,6 +521,9 @@ class ACPAdapter(Adapter):
             return _plan(update.entries)
         if kind == "usage_update":
             turn.context_used, turn.context_size = update.used, update.size
+            cost = getattr(update, "cost", None)
+            if cost is not None and isinstance(getattr(cost, "amount", None), (int, float)):
+                turn.cost = (float(cost.amount), str(getattr(cost, "currency", "") or "").upper())
             return []
         if kind == "current_mode_update":
             log.info("%s switched to mode %s", self.agent_name, update.current_mode_id)

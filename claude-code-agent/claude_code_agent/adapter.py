@@ -28,7 +28,7 @@ from typing import Any
 from runner_kit import approvals as ap
 from runner_kit import command_scope as cs
 from runner_kit import events as ev
-from runner_kit import sandbox
+from runner_kit import housekeeping, sandbox
 from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
@@ -274,6 +274,7 @@ class ClaudeCodeAdapter(Adapter):
     async def _start(self) -> AgentProcess:
         cfg = self.env.config
         self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.PROCESS_PLATFORM)
+        await housekeeping.hold(self._stack, const.PROCESS_PLATFORM, self.workspace, cfg.get("cleanup-after-days"))
         home = self.home = private_home(const.PROCESS_PLATFORM, self.workspace)
         if self._proxy is None:  # one per adapter: a restarted claude gets new routes on it
             self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))

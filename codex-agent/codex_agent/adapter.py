@@ -22,7 +22,7 @@ from typing import Any
 
 from runner_kit import approvals as ap
 from runner_kit import events as ev
-from runner_kit import sandbox
+from runner_kit import housekeeping, sandbox
 from runner_kit.config import ConfigSchema, not_set_up
 from runner_kit.errors import RunnerError, SessionMissing
 from runner_kit.http import base_url
@@ -121,6 +121,7 @@ class CodexAdapter(Adapter):
             return self._peer
         cfg = self.env.config
         workspace = workspace_dir(self.env, cfg.get("workspace"), DATA)
+        await housekeeping.hold(self._stack, DATA, workspace, cfg.get("cleanup-after-days"))
         home = private_home(DATA, workspace)
         codex_home = home / ".codex"
         codex_home.mkdir(exist_ok=True)

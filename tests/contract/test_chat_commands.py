@@ -300,3 +300,30 @@ async def test_new_from_a_run_of_its_own_while_a_turn_runs_is_refused(case, serv
     results = await asyncio.wait_for(long_run, 6.0)
     assert rtype(terminal(results)) == "run.completed"
     assert not await children_left()
+
+
+async def test_idle_workspaces_and_homes_are_removed_but_never_the_running_one(case, server, host):
+    """Housekeeping (runner_kit.housekeeping): a conversation idle past ``cleanup-after-days`` loses its
+    workspace and HOME when the agent next starts for anyone; the conversation being answered keeps its."""
+    import os
+
+    from runner_kit import housekeeping
+    from runner_kit.process import data_root
+
+    runner = make_runner(case.plugin, host)
+    cfg = {**case.config(server), "cleanup-after-days": 2, "advanced-settings": True}
+    await run(runner, host, "first", config=cfg)
+    [platform_dir] = [p for p in data_root().iterdir() if (p / "workspaces").is_dir()]
+    [mine] = list((platform_dir / "workspaces").iterdir())
+    old_ws = platform_dir / "workspaces" / ("ab" * 10)
+    old_home = platform_dir / "homes" / ("cd" * 10)
+    for d in (old_ws, old_home):
+        d.mkdir(parents=True)
+        (d / "work.txt").write_text("old")
+        for f in (d / "work.txt", d):
+            os.utime(f, (time.time() - 5 * 86400,) * 2)
+    housekeeping._last_sweep.clear()  # this process swept this data directory in the first run
+    await run(runner, host, "second", config=cfg)
+    await asyncio.gather(*list(housekeeping._tasks))
+    assert not old_ws.exists() and not old_home.exists(), "idle for 5 days, the limit is 2"
+    assert mine.exists(), "the conversation that just ran keeps its workspace"

@@ -15,7 +15,7 @@ import tests.contract.cases  # noqa: F401  (the case module imports from it)
 from runner_kit.process import alive, descendants
 from runners_cli.host import Identity
 from tests.contract.case_acp_agent_runner import KEY, _Server, config
-from tests.helpers import deltas, failure, final_text, make_runner, rtype, run, state_updates, terminal
+from tests.helpers import collect, deltas, failure, final_text, make_runner, messages, rtype, run, state_updates, terminal
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "acp-agent-runner"))
 from acp_agent_runner import const, policy, providers  # noqa: E402
@@ -84,6 +84,25 @@ async def test_the_context_windows_fill_is_not_reported_as_usage(srv, host):
     ends = [terminal(await run(runner, host, text, config=cfg)) for text in ("hello", "and again")]
     assert [rtype(e) for e in ends] == ["run.completed", "run.completed"]
     assert [e.usage for e in ends] == [None, None], [e.usage for e in ends]
+
+
+async def test_the_sessions_cumulative_cost_becomes_each_turns_own(srv, host):
+    """usage_update.cost is the session's cumulative cost (ACP schema): each turn reports what it
+    added, in the run's usage and on the cost line; a session continued in a new process (which
+    counts from 0 again here) leaves its first turn's cost unknown rather than guessing."""
+    cfg = {**config(srv), "env": config(srv)["env"] + "\nFAKE_ACP_NO_RESULT_USAGE=1\nFAKE_ACP_COST=0.25",
+           "cost-footer": True}
+    runner = make_runner("acp-agent-runner", host)
+    ctx = host.make_context("one", config=cfg, steering=True)
+    host.queue_steering(ctx, "two")
+    results = await collect(runner, host, ctx)
+    end = terminal(results)
+    assert end.usage is not None and abs(end.usage.model_dump()["cost_usd"] - 0.5) < 1e-9, end.usage
+    shown = messages(results)
+    assert "$0.25" in shown[0] and "$0.50" in shown[1], shown
+    again = await run(runner, host, "three", config=cfg)
+    assert terminal(again).usage is None, "a resumed session's first cost is not known"
+    assert "$0.50" in messages(again)[-1] and "3 turns" in messages(again)[-1], messages(again)
 
 
 async def test_resume_continues_the_same_agent_session_in_a_new_process(srv, host):

@@ -133,8 +133,13 @@ def mode_update(mode_id: str) -> dict[str, Any]:
     return {"sessionUpdate": "current_mode_update", "currentModeId": mode_id}
 
 
-def usage_update(used: int, size: int) -> dict[str, Any]:
-    return {"sessionUpdate": "usage_update", "used": used, "size": size}
+def usage_update(used: int, size: int, cost: float | None = None) -> dict[str, Any]:
+    """``cost``: the session's cumulative cost in USD (FAKE_ACP_COST per model call, counted from this
+    process's start: an agent need not remember what earlier processes spent)."""
+    out: dict[str, Any] = {"sessionUpdate": "usage_update", "used": used, "size": size}
+    if cost is not None:
+        out["cost"] = {"amount": round(cost, 6), "currency": "USD"}
+    return out
 
 
 def permission_option(option_id: str, name: str, kind: str) -> dict[str, Any]:
@@ -373,6 +378,7 @@ class Session:
         self.amended: set[str] = set()  # programs allowed by "approved-execpolicy-amendment"
         self.task: asyncio.Task[Any] | None = None
         self.tool: asyncio.subprocess.Process | None = None
+        self.cost = 0.0  # cumulative, in this process (FAKE_ACP_COST)
 
 
 class FakeCodexACP:
@@ -511,7 +517,10 @@ class FakeCodexACP:
                 seen_usage = True
                 total_in += int(usage.get("input_tokens") or 0)
                 total_out += int(usage.get("output_tokens") or 0)
-                await self._say(s, usage_update(total_in + total_out, CONTEXT_SIZE))
+                per_call = os.environ.get("FAKE_ACP_COST")
+                if per_call:
+                    s.cost += float(per_call)
+                await self._say(s, usage_update(total_in + total_out, CONTEXT_SIZE, s.cost if per_call else None))
             if text:
                 s.items.append({"type": "message", "role": "assistant",
                                 "content": [{"type": "output_text", "text": text}]})
