@@ -557,6 +557,17 @@ def reset(conv: str | None, generation: str | None) -> None:
             _expire(p, "the conversation was reset")
 
 
+def stop(key: str | None, by: str) -> bool:
+    """A /stop for session ``key`` whose agent waits on a question in no run: the question is
+    denied and the agent stopped now (no grace); False when none waits."""
+    p = PARKED.get(key) if key is not None else None
+    if p is None:
+        return False
+    _expire(p, f"stopped in the chat by {by}")
+    p.hurry.set()
+    return True
+
+
 def put_back(p: Parked) -> None:
     """Leave ``p`` waiting (the run that looked at it did not answer it)."""
     PARKED[p.key] = p

@@ -18,10 +18,9 @@ Who may do what (:func:`may`):
 
 - anyone in a session may list, resume and start sessions, see the cost and the diff, and stop its
   running turn; an ``approvers`` member may stop any session's turn in the conversation;
-- ``/mode`` and ``/model``: in one's own session (``user-id-source`` gives each person one) any mode
-  or model the owner allowed; in a session several people share, switching to a mode that allows
-  more than the owner's own ``permission-mode`` needs an ``approvers`` member (and is refused when
-  the owner listed none), anything else is open to the session.
+- ``/mode`` and ``/model``: in one's own session (``user-id-source`` gives each person one, or a
+  private chat) any mode or model the owner allowed; in a session several people share, only an
+  ``approvers`` member may switch them (refused with the reason when the owner listed none).
 
 The owner bounds the chat: ``chat-modes`` lists the modes it may switch to beyond the owner's own
 mode and ``plan`` (read only, always allowed); ``chat-models`` the models beyond the configured one.
@@ -30,13 +29,15 @@ mode and ``plan`` (read only, always allowed); ``chat-models`` the models beyond
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
+import json
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import texts
+from . import approvals, texts
 from .approvals import actor_of, approvers
 from .config import Config
 from .identity import PER_PERSON, normalize_source
@@ -246,12 +247,13 @@ class Book:
         return [e for _i, e in sorted(enumerate(kept), key=lambda p: (p[1].last, p[0]), reverse=True)]
 
     def note_turn(self, session_id: Any, title: str, usage: Mapping[str, Any] | None, *,
-                  now: float | None = None) -> Entry:
-        """Count one turn (its usage) for ``session_id`` (a session it does not know yet is added)."""
+                  now: float | None = None, began: float | None = None) -> Entry:
+        """Count one turn (its usage) for ``session_id`` (a session it does not know yet is added,
+        started when the turn ``began``: /diff lists what changed since then)."""
         now = time.time() if now is None else now
         entry = self.find(session_id)
         if entry is None:
-            entry = Entry(id=str(session_id), started=now, last=now, title=_title(title))
+            entry = Entry(id=str(session_id), started=min(now, began or now), last=now, title=_title(title))
             self.sessions.append(entry)
             del self.sessions[:-MAX_SESSIONS]
         entry.last = now
@@ -306,9 +308,18 @@ def today(now: float | None = None) -> str:
 
 
 def _binding(ctx: Any, platform: str) -> str:
+    """The binding whose day this is, as near as the plugin can tell it. LangBot keeps runner scope
+    per binding (pipeline or agent) but gives a runner no binding id, and every pipeline's WebUI chat
+    carries the one bot id ``websocket-proxy-bot``: without the runner config (set per binding) in
+    the key, a second pipeline counted the first one's turns and budget as its own."""
     conv = getattr(ctx, "conversation", None)
+    try:
+        raw = json.dumps(getattr(ctx, "config", None), sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        raw = ""
     return "|".join(str(x or "") for x in (platform, getattr(conv, "bot_id", None),
-                                            getattr(conv, "workspace_id", None)))
+                                            getattr(conv, "workspace_id", None),
+                                            hashlib.sha256(raw.encode()).hexdigest()[:16]))
 
 
 class Day:
@@ -384,6 +395,11 @@ def _short(n: float) -> str:
     return f"{int(n)}"
 
 
+def money(amount: float) -> str:
+    """``$0.37``; ``<$0.01`` for a cost that rounds to nothing (it is not nothing)."""
+    return "<$0.01" if 0 < amount < 0.005 else f"${amount:.2f}"
+
+
 def _turns(n: int) -> str:
     return texts.t("1 turn", "1 轮") if n == 1 else texts.t("{n} turns", "{n} 轮", n=n)
 
@@ -394,7 +410,7 @@ def footer(entry: Entry | None) -> str:
         return ""
     parts = []
     if entry.costed:
-        parts.append(f"${entry.cost:.2f}")
+        parts.append(money(entry.cost))
     parts.append(texts.t("{n} tokens", "{n} tokens", n=_short(entry.tokens)))
     parts.append(_turns(entry.turns))
     return "💰 " + " · ".join(parts)
@@ -492,7 +508,7 @@ def sessions_text(book: Book, current: Any, config: Mapping[str, Any], now: floa
     lines = [texts.t("Sessions of this conversation (newest first):", "这个对话的会话（最新的在前）：")]
     for n, e in enumerate(listed, 1):
         mark = texts.t(" ← current", " ← 当前") if current and e.id == str(current) else ""
-        cost = f" · ${e.cost:.2f}" if e.costed else ""
+        cost = f" · {money(e.cost)}" if e.costed else ""
         title = f"“{e.title}”" if e.title else texts.t("(untitled)", "（无标题）")
         lines.append(f"{n}. {title} — {when(e.last, now)} · "
                      + _turns(e.turns) + f" · {_short(e.tokens)} tokens{cost}{mark}")
@@ -506,10 +522,10 @@ def cost_text(book: Book, current: Any, day: Mapping[str, Any], config: Mapping[
     if entry is None:
         lines.append(texts.t("This session: nothing used yet.", "当前会话：尚无用量。"))
     else:
-        cost = texts.t(", ${c:.2f}", "，${c:.2f}", c=entry.cost) if entry.costed else ""
+        cost = texts.t(", {c}", "，{c}", c=money(entry.cost)) if entry.costed else ""
         lines.append(texts.t("This session: {tok} tokens in {t}{cost}.", "当前会话：{t}共 {tok} 个 token{cost}。",
                              tok=_short(entry.tokens), t=_turns(entry.turns), cost=cost))
-    day_cost = texts.t(", ${c:.2f}", "，${c:.2f}", c=_num(day.get("cost"))) if day.get("costed") or _num(day.get("cost")) else ""
+    day_cost = texts.t(", {c}", "，{c}", c=money(_num(day.get("cost")))) if day.get("costed") or _num(day.get("cost")) else ""
     lines.append(texts.t("Today (UTC, all chats of this bot): {tok} tokens in {t}{cost}.",
                          "今天（UTC，此机器人的所有对话）：{t}共 {tok} 个 token{cost}。",
                          tok=_short(_num(day.get("tokens"))), t=_turns(int(_num(day.get("turns")))), cost=day_cost))
@@ -593,9 +609,12 @@ async def answer(cmd: Command, ctx: Any, config: Config, *, session_key: str | N
             keys = list(dict.fromkeys([*keys, *running_in(conversation)]))
         if stop_in(keys, name):
             return Said(texts.t("Stopping the running turn.", "正在停止当前回合。"))
-        if parked:
-            return Said(texts.t("Nothing is running: the agent waits for an answer to the question above (answer "
-                                "“deny” to stop it).", "没有正在进行的回合：智能体在等待上面问题的回答（回答“拒绝”即可停止）。"))
+        waiting = [k for k in ([slot_key] if slot_key else [])]
+        if approver and conversation:
+            waiting += [p.key for p in approvals.waiting_in(conversation)]
+        if sum(approvals.stop(k, name) for k in dict.fromkeys(waiting)):
+            return Said(texts.t("Stopped: the agent's question is denied and the agent stopped.",
+                                "已停止：智能体的问题已拒绝，智能体已停止。"))
         return Said(texts.t("Nothing is running in your session.", "你的会话中没有正在进行的回合。"))
     if cmd.name in ("new", "resume") and (busy or parked):
         return Said(texts.t("A turn is still running in this session: wait for it, or stop it with {p}stop first.",

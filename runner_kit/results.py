@@ -211,6 +211,7 @@ class ResultBuilder:
         self.meta: dict[str, Any] = {}  # ev.Meta facts, carried on the complete message
         self._progress = ""  # one line for the current step, shown only until answer text comes
         self._still = ""  # the progress line when it is the kit's own "still working" line
+        self._waiting = ""  # who waits for this turn's end (follow-ups), shown under the streamed text
         self.auto_progress = False  # derive that line from tool starts (coding agents)
         # told of every state value the run stores (runner_kit.sessions: the next run of the same
         # session sees it even when its own snapshot was taken before)
@@ -271,11 +272,23 @@ class ResultBuilder:
         self._still = self._progress
         return result
 
+    def set_waiting(self, line: str) -> RunnerResult | None:
+        """One line under the streamed text while follow-ups wait for this turn to end ("Bob: your
+        message is handled after the current turn"); never part of the complete message."""
+        line = " ".join(str(line or "").split())[:PROGRESS_MAX]
+        if line == self._waiting:
+            return None
+        self._waiting = line
+        return self.flush()
+
     def _shown(self) -> str:
         text = self.visible()
         if self._progress and not self._answer_len and not self._truncated:
             sep = "" if not text else "\n" if text.endswith("\n") else "\n\n"
-            return f"{text}{sep}{self._progress}"
+            text = f"{text}{sep}{self._progress}"
+        if self._waiting and not self._truncated:
+            sep = "" if not text else "\n" if text.endswith("\n") else "\n\n"
+            text = f"{text}{sep}{self._waiting}"
         return text
 
     def set_preamble(self, text: str) -> None:

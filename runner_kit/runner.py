@@ -380,6 +380,7 @@ _TIMEOUT = object()
 _IDLE = object()
 _STEERED = object()
 _STILL = object()
+_QUEUED = object()
 #: a turn that has shown nothing for this long gets a "still working" line, renewed as long after
 STILL_WORKING_AFTER = 20.0
 INTERRUPTED_NOTE = "(Stopped here to take your next message.)"
@@ -387,18 +388,33 @@ NO_REPLY_TEXT = "(The agent finished this request without a reply.)"
 NO_REPLY_TEXT_ZH = "（智能体完成了这次请求，但没有回复。）"
 
 
+def _waiting_line(steer: Steering) -> str:
+    """The line under a running answer naming who waits for the turn to end (follow-up-mode
+    next-turn): the agent never gets a message in the middle of a turn, it gets it after."""
+    items = [*steer.pending, *(i for v in steer.others.values() for i in v)]
+    names = list(dict.fromkeys(sessions.labels([sessions.person(i) for i in items]).values()))
+    if not names:
+        return ""
+    return texts.t("({who}: your message is handled after the current turn.)",
+                   "（{who}：你的消息会在当前回合结束后处理。）", who=", ".join(names[:5]) + (" …" if len(names) > 5 else ""))
+
+
 def stopped_note(who: str) -> str:
     return texts.t("(Stopped by {who}.)", "（已由 {who} 停止。）", who=who)
 
 
-def _stopper(adapter: Adapter, stopped: list[str]) -> Callable[[str], None]:
-    """What a /stop calls for the turn ``adapter`` runs: note who, and interrupt it through the
-    agent's own interrupt (the session stays usable), once."""
+def _stopper(adapter: Adapter, stopped: list[str], env: RunEnv) -> Callable[[str], None]:
+    """What a /stop calls for the turn ``adapter`` runs: note who, deny the question the turn has
+    open in the chat, and interrupt it through the agent's own interrupt (the session stays usable),
+    once."""
 
     def stop(by: str) -> None:
         if stopped:
             return
         stopped.append(by)
+        asking = env.turn_state.asking if env.turn_state is not None else None
+        if asking is not None and not asking.done():
+            asking.set_result(ap.Decision(allow=False, reason=f"stopped in the chat by {by}"))
         task = asyncio.get_running_loop().create_task(_interrupt(adapter))
         _CLEANUPS.add(task)
         task.add_done_callback(_CLEANUPS.discard)
@@ -434,7 +450,7 @@ def _chosen(env: RunEnv, adapter_cls: type[Adapter]) -> RunEnv:
     return env
 
 
-def _count_turn(env: RunEnv, platform: str, inp: UserInput | None, delta: dict[str, Any]
+def _count_turn(env: RunEnv, platform: str, inp: UserInput | None, delta: dict[str, Any], began: float
                 ) -> tuple[cc.Entry | None, list[tuple[str, Any, str]]]:
     """One finished turn in the session's book and the day's totals: the entry, and the state to write
     (also put into the run's snapshot, so a later turn or command of this run reads it)."""
@@ -443,7 +459,7 @@ def _count_turn(env: RunEnv, platform: str, inp: UserInput | None, delta: dict[s
     if env.session.key is not None and env.session.current:
         snapshot = _conversation_state(env.ctx)
         book = cc.Book.load(snapshot, env.session.key)
-        entry = book.note_turn(env.session.current, inp.text if inp is not None else "", delta)
+        entry = book.note_turn(env.session.current, inp.text if inp is not None else "", delta, began=began)
         value = book.value()
         writes.append((book.key, value, "conversation"))
         state = getattr(env.ctx, "state", None)
@@ -557,9 +573,10 @@ class _Raised:
 class _Pump:
     """Whether the adapter's stream ended by itself (then no stop call is needed)."""
 
-    __slots__ = ("ended", "interrupted", "parked")
+    __slots__ = ("asking", "ended", "interrupted", "parked")
 
     def __init__(self) -> None:
+        self.asking: asyncio.Future[ap.Decision] | None = None  # the question to the chat open in this turn
         self.ended = False
         self.interrupted = False  # a follow-up interrupted this turn (follow-up-mode: interrupt)
         self.parked: ap.Parked | None = None  # the turn waits for an answer in a later run
@@ -836,12 +853,12 @@ async def drive(
                         turn_input = None
                 if turn_input is not None and session_adapter is not None:
                     this_session = session_adapter
-                    before = usage.as_dict()
+                    before, began = usage.as_dict(), time.time()
                     stopped: list[str] = []
                     running_key = hold.slot.key if hold.slot is not None and adapter_cls.commands else None
                     running = None
                     if running_key is not None:
-                        running = cc.RUNNING[running_key] = cc.Running(running_key, _stopper(this_session, stopped))
+                        running = cc.RUNNING[running_key] = cc.Running(running_key, _stopper(this_session, stopped, env))
                     try:
                         async with aclosing(one_turn(lambda _, a=this_session: a, turn_input, index, watch,  # type: ignore[misc]
                                                      resume)) as turn:
@@ -900,7 +917,7 @@ async def drive(
                         continue
                     notes = [stopped_note(stopped[0]) if stopped else interrupted_note() if pump.interrupted else None]
                     if adapter_cls.commands:
-                        entry, writes = _count_turn(env, platform, turn_input, cc.usage_delta(before, usage.as_dict()))
+                        entry, writes = _count_turn(env, platform, turn_input, cc.usage_delta(before, usage.as_dict()), began)
                         for key, value, scope in writes:
                             yield builder.state(key, value, scope)
                         notes.append(await _named_files(session_adapter, env, builder))
@@ -953,6 +970,15 @@ async def drive(
                             async for r in commanded:
                                 yield r
                     builder.next_message()
+                if session_adapter is not None and adapter_cls.commands and live is session_adapter:
+                    chosen_config = cc.effective(config, cc.Book.load(_conversation_state(env.ctx), env.session.key or ""))
+                    if any(chosen_config.get(k) != env.config.get(k) for k in ("permission-mode", "model")):
+                        # a /mode or /model for this session: the agent starts again with it for the
+                        # next turn, in the same session (it resumes it)
+                        with _suppress_ctx(Exception):
+                            await asyncio.wait_for(session_adapter.close(), CLOSE_GRACE)
+                        env.config = chosen_config
+                        live = session_adapter = adapter_cls(env)
                 steer.defer()  # another member's session has waited long enough: it goes first
                 if steer.pending and session_adapter is None:  # no agent here to give them to: their session's
                     if slot is not None:
@@ -1356,10 +1382,13 @@ async def _poll(steer: Steering, queue: _Events, interrupt: bool = True) -> None
         await asyncio.sleep(POLL_INTERVAL)
         if steer.hold:  # a question is open: its answer must not interrupt the turn
             continue
+        before = len(steer.pending) + sum(map(len, steer.others.values()))
         if await steer.pull() and interrupt:
             steer.taken.clear()
             queue.put_nowait(_STEERED)
             await steer.taken.wait()  # a turn that ends instead: this poller is cancelled with it
+        elif not interrupt and len(steer.pending) + sum(map(len, steer.others.values())) > before:
+            queue.put_nowait(_QUEUED)  # say under the running answer that they come after it
 
 
 async def _pump(
@@ -1412,7 +1441,7 @@ async def _pump(
             if item is _DONE:
                 state.ended = True
                 return
-            if (item is _STILL or item is _TICK) and queue.behind():
+            if (item is _STILL or item is _TICK or item is _QUEUED) and queue.behind():
                 queue.put_nowait(item)  # after what is waiting: a flush now would overtake it
                 continue
             if item is _STILL:
@@ -1422,6 +1451,10 @@ async def _pump(
                         agent=adapter.platform, seconds=f"{waited:.0f}"))) is not None:
                     yield r
                 still = loop.call_later(STILL_WORKING_AFTER, queue.put_nowait, _STILL)
+                continue
+            if item is _QUEUED:
+                if (steer := env.steering) is not None and (r := builder.set_waiting(_waiting_line(steer))) is not None:
+                    yield r
                 continue
             if item is _TICK:
                 sink.tick = None
@@ -1627,6 +1660,7 @@ async def _asking(
     agent = _agent_name(adapter)
     if future.done():
         return
+    state.asking = future  # a /stop meanwhile denies it
     if q.kind == "permission" and env.memory.allows(q, env.session.current):
         future.set_result(ap.Decision(allow=True, always=True, remembered=True))
         yield builder.log(env.redact(f"approval {q.id} ({q.title}) allowed: {', '.join(q.asks())} "

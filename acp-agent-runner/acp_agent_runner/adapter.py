@@ -431,25 +431,35 @@ class ACPAdapter(Adapter):
         for item in self._finish(resp, turn):
             yield item
 
+    def _cost_key(self) -> str | None:
+        return f"{self.env.session.key}.cost" if self.env.session.key else None
+
     def _turn_cost(self, turn: _Turn) -> float | None:
         """What this turn cost in US dollars: usage_update's ``cost`` is the session's cumulative
-        cost, so the turn's is its growth since the last one seen. A session continued from an
-        earlier run has no known start in this process: its first turn's cost stays unknown (the
-        agent may or may not count the earlier runs), later ones are exact."""
+        cost, so the turn's is its growth since the last one seen. A session continued by a new
+        process starts from the last total an earlier run kept (``<session key>.cost``), unless
+        the agent's total is below it (it counts from its own start, not the session's): then from 0.
+        A session never seen with a cost leaves its first turn's cost unknown."""
         if turn.cost is None:
             return None
         amount, currency = turn.cost
         base, self._cost_base = self._cost_base, amount
-        if currency != "USD" or base is None:
-            if currency != "USD":
-                log.info("%s reports its cost in %s, not USD; not counted", self.agent_name, currency or "?")
+        if currency != "USD":
+            log.info("%s reports its cost in %s, not USD; not counted", self.agent_name, currency or "?")
             return None
-        return max(0.0, amount - base)
+        if base is None:
+            kept = (self.env.ctx.state.conversation or {}).get(self._cost_key() or "")
+            if isinstance(kept, dict) and kept.get("session") == self.session_id \
+                    and isinstance(kept.get("amount"), (int, float)):
+                base = float(kept["amount"]) if amount >= float(kept["amount"]) else 0.0
+        return None if base is None else max(0.0, amount - base)
 
     def _finish(self, resp: Any, turn: _Turn) -> list[ev.Event]:
         out: list[ev.Event] = []
         u = resp.usage
         cost = self._turn_cost(turn)
+        if turn.cost is not None and (key := self._cost_key()) is not None and self.session_id:
+            out.append(ev.State(key, {"session": self.session_id, "amount": turn.cost[0]}))
         if u is not None:
             extra = {k: v for k, v in (("thought_tokens", u.thought_tokens), ("cached_read_tokens", u.cached_read_tokens),
                                        ("cached_write_tokens", u.cached_write_tokens)) if v is not None}

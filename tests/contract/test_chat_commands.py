@@ -51,7 +51,7 @@ async def test_chinese_help_and_unknown_command_answered_with_the_list(case, ser
     runner = make_runner(case.plugin, host)
     results = await run(runner, host, "/帮助", config=case.config(server))  # not a command word: goes to the agent
     assert case.seen(server), "a slash and non-ASCII text is an ordinary message"
-    results = await run(runner, host, "/frobnicate now", config={**case.config(server), "chat-language": "zh_Hans", "advanced-settings": True})
+    results = await run(runner, host, "/frobnicate now", config={**case.config(server), "advanced-settings": True, "chat-language": "zh_Hans", "advanced-settings": True})
     text = shown(results)
     assert "未知命令 /frobnicate" in text and "/resume" in text, text
 
@@ -67,14 +67,14 @@ async def test_double_prefix_and_paths_go_to_the_agent_as_typed(case, server, ho
 
 async def test_a_blank_prefix_turns_commands_off(case, server, host):
     results = await run(make_runner(case.plugin, host), host, "/help",
-                        config={**case.config(server), "command-prefix": ""})
+                        config={**case.config(server), "advanced-settings": True, "command-prefix": ""})
     assert "/resume" not in shown(results)
     assert any('/help' in s.sent for s in case.seen(server)), "the agent got it"
 
 
 async def test_cost_footer_counts_the_session_and_cost_command_reports_it(case, server, host):
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "cost-footer": True}
+    cfg = {**case.config(server), "advanced-settings": True, "cost-footer": True}
     case.answer(server, TOKENS, 0.0)
     first = await run(runner, host, "one", config=cfg)
     second = await run(runner, host, "two", config=cfg)
@@ -113,7 +113,7 @@ async def test_per_person_sessions_are_each_members_own(case, server, host):
     if "actor" not in case.group_modes:
         pytest.skip("no per-person mode")
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "user-id-source": "actor"}
+    cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "actor"}
     await run(runner, host, "alice's work", config=cfg, identity=ALICE)
     alice = sessions_seen(case, server)[-1]
     await run(runner, host, "/new", config=cfg, identity=BOB)  # Bob's /new is his own
@@ -172,7 +172,7 @@ async def test_another_members_stop_does_not_stop_my_turn_unless_an_approver(cas
         pytest.skip("no per-person mode")
     case.answer(server, ["slow "] * 20, 0.05)
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "user-id-source": "actor"}
+    cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "actor"}
     ctx = host.make_context("alice's long job", config=cfg, identity=ALICE, steering=True)
     sent: list[bool] = []
 
@@ -199,7 +199,7 @@ async def test_another_members_stop_does_not_stop_my_turn_unless_an_approver(cas
 
 async def test_mode_and_model_within_what_the_owner_allows(case, server, host):
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "user-id-source": "actor", "chat-models": "model-b, model-c",
+    cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "actor", "chat-models": "model-b, model-c",
            "model": "model-a", "chat-modes": "ask"}
     said = shown(await run(runner, host, "/mode", config=cfg))
     assert "edits" in said and "plan" in said and "ask" in said and "full" not in said.split("Allowed here:")[1], said
@@ -223,7 +223,7 @@ async def test_a_shared_session_needs_an_approver_to_change_mode_or_model(case, 
     if "conversation" not in case.group_modes:
         pytest.skip("no shared mode")
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "user-id-source": "conversation", "chat-models": "model-b", "chat-modes": "full"}
+    cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "conversation", "chat-models": "model-b", "chat-modes": "full"}
     said = shown(await run(runner, host, "/mode full", config=cfg, identity=BOB))
     assert "Only the bot's approvers" in said and "named none" in said, said
     said = shown(await run(runner, host, "/model model-b", config={**cfg, "approvers": ["u-alice"]}, identity=BOB))
@@ -239,7 +239,7 @@ async def test_a_shared_session_needs_an_approver_to_change_mode_or_model(case, 
 
 async def test_a_used_up_session_budget_stops_the_next_turn_with_a_clear_line(case, server, host):
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "session-budget-tokens": 1, "advanced-settings": True}
+    cfg = {**case.config(server), "advanced-settings": True, "session-budget-tokens": 1, "advanced-settings": True}
     case.answer(server, TOKENS, 0.0)
     await run(runner, host, "first", config=cfg)
     calls = len(case.seen(server))
@@ -254,7 +254,7 @@ async def test_a_used_up_session_budget_stops_the_next_turn_with_a_clear_line(ca
 
 async def test_a_daily_budget_counts_every_conversation_of_the_bot(case, server, host):
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "daily-budget-tokens": 1, "advanced-settings": True}
+    cfg = {**case.config(server), "advanced-settings": True, "daily-budget-tokens": 1, "advanced-settings": True}
     case.answer(server, TOKENS, 0.0)
     await run(runner, host, "first", config=cfg, identity=Identity(conversation_id="day-a"))
     results = await run(runner, host, "other chat", config=cfg, identity=Identity(conversation_id="day-b"))
@@ -311,7 +311,7 @@ async def test_idle_workspaces_and_homes_are_removed_but_never_the_running_one(c
     from runner_kit.process import data_root
 
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "cleanup-after-days": 2, "advanced-settings": True}
+    cfg = {**case.config(server), "advanced-settings": True, "cleanup-after-days": 2, "advanced-settings": True}
     await run(runner, host, "first", config=cfg)
     [platform_dir] = [p for p in data_root().iterdir() if (p / "workspaces").is_dir()]
     [mine] = list((platform_dir / "workspaces").iterdir())
@@ -327,3 +327,103 @@ async def test_idle_workspaces_and_homes_are_removed_but_never_the_running_one(c
     await asyncio.gather(*list(housekeeping._tasks))
     assert not old_ws.exists() and not old_home.exists(), "idle for 5 days, the limit is 2"
     assert mine.exists(), "the conversation that just ran keeps its workspace"
+
+
+async def test_a_follow_up_that_waits_says_so_under_the_running_answer(case, server, host):
+    """next-turn: the agent never gets a message in the middle of its turn; the sender is told at once,
+    under the streamed answer, that it comes after the turn (never in the complete message)."""
+    case.answer(server, ["step "] * 30, 0.05)
+    runner = make_runner(case.plugin, host)
+    ctx = host.make_context("job", config={**case.config(server), "advanced-settings": True, "follow-up-mode": "next-turn"}, steering=True)
+    sent: list[bool] = []
+
+    def during(r):
+        if rtype(r) == "message.delta" and not sent:
+            sent.append(True)
+            host.queue_steering(ctx, "and then this", identity=Identity(actor_id="u-1", actor_name="Tester"))
+
+    results = await collect(runner, host, ctx, during)
+    waiting = [r.data["chunk"]["all_content"] for r in results if rtype(r) == "message.delta"
+               and "handled after the current turn" in r.data["chunk"]["all_content"]]
+    assert waiting and waiting[0].startswith("step"), "shown under the answer while the turn ran"
+    shown_ = messages(results)
+    assert len(shown_) == 2 and "handled after" not in shown_[0], shown_
+
+
+def _question(case):
+    q = case.question
+    if q is None or isinstance(q, str):
+        pytest.skip(f"{case.plugin} never asks the chat")
+    return q
+
+
+async def test_stop_while_the_agent_asks_in_the_chat_denies_and_stops(case, server, host):
+    q = _question(case)
+    q.ask(server, True)
+    runner = make_runner(case.plugin, host)
+    cfg = {**case.config(server), "advanced-settings": True, **q.config}
+    ctx = host.make_context("do-it", config=cfg, steering=True)
+    sent: list[bool] = []
+
+    def during(r):
+        if rtype(r) == "message.completed" and q.shown in str(r.data) and not sent:
+            sent.append(True)
+            q.ask(server, False)
+            host.queue_steering(ctx, "/stop")
+
+    start = time.monotonic()
+    results = await asyncio.wait_for(collect(runner, host, ctx, during), 30)
+    assert sent, "the question reached the chat"
+    assert time.monotonic() - start < 10, "the question did not wait for its timeout"
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    assert "Stopped by Tester" in shown(results), shown(results)
+    assert q.received(server) != q.expect, "nothing was allowed"
+    assert not await children_left()
+
+
+async def test_stop_for_a_question_left_waiting_denies_it_and_frees_the_session(case, server, host):
+    q = _question(case)
+    if not find(case.plugin).capabilities.get("interactions"):
+        pytest.skip("no buttons: a question never waits past its run")
+    q.ask(server, True)
+    runner = make_runner(case.plugin, host)
+    cfg = {**case.config(server), "advanced-settings": True, **q.config}
+    ctx = host.make_context("do-it", config=cfg, interactions=True)
+    results = await asyncio.wait_for(collect(runner, host, ctx), 30)
+    assert host.interactions, "the question went out as buttons and waits"
+    q.ask(server, False)
+    said = shown(await run(runner, host, "/stop", config=cfg))
+    assert "question is denied" in said, said
+    assert q.received(server) != q.expect
+    case.answer(server, TOKENS, 0.0)
+    after = await asyncio.wait_for(run(runner, host, "next", config=cfg), 30)
+    assert "".join(TOKENS) in shown(after), "the session is free again"
+    assert results  # noqa: B018
+    assert not await children_left()
+
+
+async def test_a_model_switch_during_a_run_applies_to_the_next_follow_up(case, server, host):
+    """/model sent while a turn runs is answered after it, and the follow-up after it already goes to
+    the chosen model: the agent starts again in the same session (the model sees the history)."""
+    case.answer(server, ["slow "] * 12, 0.05)
+    runner = make_runner(case.plugin, host)
+    cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "actor", "model": "model-a",
+           "chat-models": "model-b"}
+    ctx = host.make_context("first job", config=cfg, steering=True)
+    sent: list[bool] = []
+
+    def during(r):
+        if rtype(r) == "message.delta" and not sent:
+            sent.append(True)
+            host.queue_steering(ctx, "/model model-b")
+            host.queue_steering(ctx, "second job")
+
+    results = await collect(runner, host, ctx, during)
+    assert rtype(terminal(results)) == "run.completed", terminal(results).data
+    assert any("Model of this session: model-b" in m for m in messages(results)), messages(results)
+    seen = case.seen(server)
+    first = next(s for s in seen if "first job" in s.sent)
+    second = next(s for s in seen if "second job" in s.sent)
+    assert "model-a" in first.sent and "model-b" in second.sent and "model-a" not in second.sent.split("first job")[-1]
+    assert first.conversation == second.conversation, "the same agent session, resumed"
+    assert "first job" in second.sent, "with its history"

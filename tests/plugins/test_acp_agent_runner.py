@@ -88,10 +88,10 @@ async def test_the_context_windows_fill_is_not_reported_as_usage(srv, host):
 
 async def test_the_sessions_cumulative_cost_becomes_each_turns_own(srv, host):
     """usage_update.cost is the session's cumulative cost (ACP schema): each turn reports what it
-    added, in the run's usage and on the cost line; a session continued in a new process (which
-    counts from 0 again here) leaves its first turn's cost unknown rather than guessing."""
+    added, in the run's usage and on the cost line; a session continued in a new process that counts
+    from 0 again (as this fake does) is counted from 0, not from the earlier run's total."""
     cfg = {**config(srv), "env": config(srv)["env"] + "\nFAKE_ACP_NO_RESULT_USAGE=1\nFAKE_ACP_COST=0.25",
-           "cost-footer": True}
+           "cost-footer": True, "advanced-settings": True}
     runner = make_runner("acp-agent-runner", host)
     ctx = host.make_context("one", config=cfg, steering=True)
     host.queue_steering(ctx, "two")
@@ -101,8 +101,8 @@ async def test_the_sessions_cumulative_cost_becomes_each_turns_own(srv, host):
     shown = messages(results)
     assert "$0.25" in shown[0] and "$0.50" in shown[1], shown
     again = await run(runner, host, "three", config=cfg)
-    assert terminal(again).usage is None, "a resumed session's first cost is not known"
-    assert "$0.50" in messages(again)[-1] and "3 turns" in messages(again)[-1], messages(again)
+    assert abs(terminal(again).usage.model_dump()["cost_usd"] - 0.25) < 1e-9, terminal(again).usage
+    assert "$0.75" in messages(again)[-1] and "3 turns" in messages(again)[-1], messages(again)
 
 
 async def test_resume_continues_the_same_agent_session_in_a_new_process(srv, host):

@@ -37,6 +37,7 @@ import pytest
 from runner_kit import approvals as ap
 from runner_kit import command_scope as cs
 from runner_kit import sandbox
+from runner_kit.chat_commands import BOOK_SUFFIX
 from runner_kit.process import alive
 from runner_kit.secret_proxy import SecretProxy
 from runners_cli.host import MAX_STATE_VALUE, Identity
@@ -238,7 +239,8 @@ async def _claude_session(host: Any, api: FakeModelAPI, key: str) -> tuple[str, 
     out = await run(make_runner("claude-code-agent", host), host, "hello", config=_claude_ask(api, key))
     assert messages(out) == [HELLO], dump(out)[-2000:]
     scope, state = _conversation(host)
-    [(session_key, sid)] = [(k, v) for k, v in state.items() if k.startswith(SESSION_KEY)]
+    [(session_key, sid)] = [(k, v) for k, v in state.items()  # not the session's book (chat_commands)
+                            if k.startswith(SESSION_KEY) and not k.endswith(BOOK_SUFFIX)]
     return scope, session_key, sid
 
 
