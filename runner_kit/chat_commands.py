@@ -31,6 +31,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -83,7 +84,7 @@ def parse(text: str, prefix: str) -> Command | None:
     if not prefix:
         return None
     body = str(text or "").strip()
-    if not body.startswith(prefix) or body.startswith(prefix * 2) or "\n" in body or len(body) > 300:
+    if not body.startswith(prefix) or body.startswith(prefix * 2) or len(body.splitlines()) > 1 or len(body) > 300:
         return None
     m = _WORD.match(body[len(prefix):])
     if m is None:
@@ -180,7 +181,15 @@ def is_approver(config: Mapping[str, Any], actor: str | None) -> bool:
 
 
 def _num(value: Any) -> float:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
+    """A count or amount read from state or usage: a finite number >= 0, else 0 (JSON state may
+    hold ``Infinity``, and one such value in a book would fail every message of the conversation)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return 0.0
+    try:
+        number = float(value)
+    except OverflowError:  # an int too large for a float
+        return 0.0
+    return number if math.isfinite(number) and number >= 0 else 0.0
 
 
 @dataclass
@@ -228,7 +237,8 @@ class Book:
         raw = (state or {}).get(key)
         book = cls(key)
         if isinstance(raw, dict) and raw.get("v") == BOOK_VERSION:
-            book.sessions = [e for e in map(Entry.from_dict, raw.get("sessions") or []) if e is not None]
+            listed = raw.get("sessions")
+            book.sessions = [e for e in map(Entry.from_dict, listed if isinstance(listed, list) else []) if e is not None]
             book.mode = raw.get("mode") if raw.get("mode") in MODES else None
             book.model = str(raw["model"]) if isinstance(raw.get("model"), str) and raw["model"] else None
         return book
@@ -255,7 +265,8 @@ class Book:
         if entry is None:
             entry = Entry(id=str(session_id), started=min(now, began or now), last=now, title=_title(title))
             self.sessions.append(entry)
-            del self.sessions[:-MAX_SESSIONS]
+            while len(self.sessions) > MAX_SESSIONS:  # forgotten: the one used longest ago (never
+                self.sessions.remove(min(self.sessions[:-1], key=lambda e: e.last))  # one just resumed)
         entry.last = now
         entry.turns += 1
         entry.tokens += tokens_of(usage)
@@ -387,6 +398,26 @@ def over_budget(config: Mapping[str, Any], entry: Entry | None, day: Mapping[str
     return None
 
 
+BUDGET_KEYS = ("session-budget-usd", "session-budget-tokens", "daily-budget-usd", "daily-budget-tokens")
+
+
+def has_budget(config: Mapping[str, Any]) -> bool:
+    return any(_budget(config, k) > 0 for k in BUDGET_KEYS)
+
+
+def over_budget_after(config: Mapping[str, Any], entry: Entry | None, day: Mapping[str, Any],
+                      delta: Mapping[str, Any] | None) -> str | None:
+    """:func:`over_budget` once the running turn's usage so far (``delta``) is counted too: an agent
+    that reports usage while it works (Codex after each model call) is stopped when it reaches a
+    budget, not only refused its next turn."""
+    grown = Entry(id=entry.id if entry else "", started=0.0, last=0.0,
+                  tokens=(entry.tokens if entry else 0) + tokens_of(delta),
+                  cost=(entry.cost if entry else 0.0) + (cost_of(delta) or 0.0))
+    today_ = {**day, "tokens": _num(day.get("tokens")) + tokens_of(delta),
+              "cost": _num(day.get("cost")) + (cost_of(delta) or 0.0)}
+    return over_budget(config, grown, today_)
+
+
 def _short(n: float) -> str:
     if n >= 1_000_000:
         return f"{n / 1_000_000:.3g}M"
@@ -411,7 +442,8 @@ def footer(entry: Entry | None) -> str:
     parts = []
     if entry.costed:
         parts.append(money(entry.cost))
-    parts.append(texts.t("{n} tokens", "{n} tokens", n=_short(entry.tokens)))
+    if entry.tokens:  # an agent that reports no token counts (codex-acp) is never said to use 0
+        parts.append(texts.t("{n} tokens", "{n} tokens", n=_short(entry.tokens)))
     parts.append(_turns(entry.turns))
     return "💰 " + " · ".join(parts)
 
@@ -511,9 +543,16 @@ def sessions_text(book: Book, current: Any, config: Mapping[str, Any], now: floa
         cost = f" · {money(e.cost)}" if e.costed else ""
         title = f"“{e.title}”" if e.title else texts.t("(untitled)", "（无标题）")
         lines.append(f"{n}. {title} — {when(e.last, now)} · "
-                     + _turns(e.turns) + f" · {_short(e.tokens)} tokens{cost}{mark}")
+                     + _turns(e.turns) + (f" · {_short(e.tokens)} tokens" if e.tokens else "") + f"{cost}{mark}")
     lines.append(texts.t("Go back to one with {p}resume <n>.", "用 {p}resume <n> 回到其中一个。", p=p))
     return "\n".join(lines)
+
+
+def _used(tokens: int, turns: int, cost: str) -> str:
+    """``12.4k tokens in 3 turns, $0.37``; without the tokens when none were reported (never "0 tokens")."""
+    if not tokens:
+        return _turns(turns) + cost
+    return texts.t("{tok} tokens in {t}{cost}", "{t}共 {tok} 个 token{cost}", tok=_short(tokens), t=_turns(turns), cost=cost)
 
 
 def cost_text(book: Book, current: Any, day: Mapping[str, Any], config: Mapping[str, Any]) -> str:
@@ -523,12 +562,11 @@ def cost_text(book: Book, current: Any, day: Mapping[str, Any], config: Mapping[
         lines.append(texts.t("This session: nothing used yet.", "当前会话：尚无用量。"))
     else:
         cost = texts.t(", {c}", "，{c}", c=money(entry.cost)) if entry.costed else ""
-        lines.append(texts.t("This session: {tok} tokens in {t}{cost}.", "当前会话：{t}共 {tok} 个 token{cost}。",
-                             tok=_short(entry.tokens), t=_turns(entry.turns), cost=cost))
+        lines.append(texts.t("This session: {used}.", "当前会话：{used}。",
+                             used=_used(entry.tokens, entry.turns, cost)))
     day_cost = texts.t(", {c}", "，{c}", c=money(_num(day.get("cost")))) if day.get("costed") or _num(day.get("cost")) else ""
-    lines.append(texts.t("Today (UTC, all chats of this bot): {tok} tokens in {t}{cost}.",
-                         "今天（UTC，此机器人的所有对话）：{t}共 {tok} 个 token{cost}。",
-                         tok=_short(_num(day.get("tokens"))), t=_turns(int(_num(day.get("turns")))), cost=day_cost))
+    lines.append(texts.t("Today (UTC, all chats of this bot): {used}.", "今天（UTC，此机器人的所有对话）：{used}。",
+                         used=_used(int(_num(day.get("tokens"))), int(_num(day.get("turns"))), day_cost)))
     limits = []
     for key, en, zh in (("session-budget-usd", "session ${v:g}", "每会话 ${v:g}"),
                         ("session-budget-tokens", "session {v} tokens", "每会话 {v} token"),
@@ -539,7 +577,10 @@ def cost_text(book: Book, current: Any, day: Mapping[str, Any], config: Mapping[
     if limits:
         lines.append(texts.t("Budgets: {b}.", "预算：{b}。", b="; ".join(limits)))
     if entry is not None and not entry.costed:
-        lines.append(texts.t("(This agent reports tokens, not cost.)", "（这个智能体只报告 token，不报告费用。）"))
+        lines.append(texts.t("(This agent reports tokens, not cost.)", "（这个智能体只报告 token，不报告费用。）")
+                     if entry.tokens else
+                     texts.t("(This agent reported no token counts or cost for these turns.)",
+                             "（这个智能体没有报告这些回合的 token 数或费用。）"))
     return "\n".join(lines)
 
 
@@ -633,7 +674,7 @@ async def answer(cmd: Command, ctx: Any, config: Config, *, session_key: str | N
         if not listed:
             return Said(texts.t("There is no earlier session to go back to.", "没有可以回到的早先会话。"))
         arg = cmd.args.strip().lstrip("#")
-        if not arg.isdigit() or not 1 <= int(arg) <= len(listed):
+        if not (arg.isascii() and arg.isdigit()) or not 1 <= int(arg) <= len(listed):  # "²" is a digit too
             return Said(texts.t("Which one? Send {p}resume <n> with n from 1 to {k}.", "要回到哪一个？请发送 {p}resume <n>，n 为 1 到 {k}。",
                                 p=p, k=len(listed)) + "\n\n" + sessions_text(book, current, config))
         entry = listed[int(arg) - 1]

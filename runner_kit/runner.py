@@ -178,6 +178,8 @@ class RunEnv:
         self.pending_own_input: UserInput | None = None
         # the running turn's pump state (set by the turn loop; :meth:`follow_ups` clears its interrupt)
         self.turn_state: _Pump | None = None
+        # told after each usage report of the running turn (the budgets: runner_kit.chat_commands)
+        self.on_usage: Callable[[], None] | None = None
 
     def refresh(self) -> None:
         """Read the session's id and approvals again, after the state snapshot caught up with what
@@ -404,14 +406,14 @@ def stopped_note(who: str) -> str:
 
 
 def _stopper(adapter: Adapter, stopped: list[str], env: RunEnv) -> Callable[[str], None]:
-    """What a /stop calls for the turn ``adapter`` runs: note who, deny the question the turn has
-    open in the chat, and interrupt it through the agent's own interrupt (the session stays usable),
-    once."""
+    """What a /stop calls for the turn ``adapter`` runs: note who (the line under the answer), deny
+    the question the turn has open in the chat, and interrupt it through the agent's own interrupt
+    (the session stays usable), once. ``by`` is a name, or a whole note in parentheses (a budget)."""
 
     def stop(by: str) -> None:
         if stopped:
             return
-        stopped.append(by)
+        stopped.append(by if by.startswith("(") else stopped_note(by))
         asking = env.turn_state.asking if env.turn_state is not None else None
         if asking is not None and not asking.done():
             asking.set_result(ap.Decision(allow=False, reason=f"stopped in the chat by {by}"))
@@ -427,6 +429,29 @@ async def _interrupt(adapter: Adapter) -> None:
         await asyncio.wait_for(adapter.interrupt(), timeout=CANCEL_GRACE)
     except Exception as exc:  # noqa: BLE001 - the turn then simply runs to its end
         get_logger("runner_kit.run").info("%s: stopping the turn failed: %s", adapter.platform, type(exc).__name__)
+
+
+def _budget_watch(env: RunEnv, platform: str, config: Config, before: dict[str, Any] | None, usage: UsageTotals,
+                  stop: Callable[[str], None]) -> Callable[[], None] | None:
+    """Stop the running turn once what it used so far reaches a budget (the agent reports usage
+    while it works); None when no budget is set."""
+    if not cc.has_budget(config):
+        return None
+    entry, day = _book_and_day(env, platform)
+
+    def check() -> None:
+        over = cc.over_budget_after(config, entry, day, cc.usage_delta(before, usage.as_dict()))
+        if over is not None:
+            stop(f"({over})")
+
+    return check
+
+
+def _not_started(items: list[Any]) -> str:
+    """The line naming follow-ups a /stop came after (never given to the agent)."""
+    what = "; ".join(f"“{' '.join(text_of(i).split())[:60]}”" for i in items[:3]) + (" …" if len(items) > 3 else "")
+    return texts.t("(Not started after the stop: {what}. Send it again when you want it.)",
+                   "（停止后未开始处理：{what}。需要时请重新发送。）", what=what)
 
 
 def _conversation_state(ctx: Any) -> dict[str, Any]:
@@ -471,10 +496,11 @@ def _count_turn(env: RunEnv, platform: str, inp: UserInput | None, delta: dict[s
 
 
 async def _command(command: cc.Command, ctx: Any, env: RunEnv, config: Config, builder: ResultBuilder,
-                   adapter_cls: type[Adapter], slot: sessions.Slot | None, conv_key: str | None
-                   ) -> AsyncGenerator[RunnerResult, None]:
+                   adapter_cls: type[Adapter], slot: sessions.Slot | None, conv_key: str | None,
+                   switched: dict[str, Any] | None = None) -> AsyncGenerator[RunnerResult, None]:
     """Answer a chat command (runner_kit.chat_commands) sent by ``ctx``'s sender: one message, and
-    what it changes in conversation state."""
+    what it changes in conversation state (``switched``: the agent session a /new or /resume chose,
+    by session key, for a run that goes on in that session)."""
     if slot is not None and slot.catch_up(ctx):  # what runs of this session stored meanwhile
         env.refresh()
     adapter = adapter_cls(env)
@@ -497,6 +523,8 @@ async def _command(command: cc.Command, ctx: Any, env: RunEnv, config: Config, b
     snapshot = _conversation_state(ctx)
     for key_, value, scope in said.writes:
         yield builder.state(key_, value, scope)
+        if switched is not None and key_ == env.session.key and scope == "conversation":
+            switched[key_] = value
         if scope == "conversation":
             if value is None:
                 snapshot.pop(key_, None)
@@ -859,6 +887,7 @@ async def drive(
                     running = None
                     if running_key is not None:
                         running = cc.RUNNING[running_key] = cc.Running(running_key, _stopper(this_session, stopped, env))
+                        env.on_usage = _budget_watch(env, platform, config, before, usage, running.stop)
                     try:
                         async with aclosing(one_turn(lambda _, a=this_session: a, turn_input, index, watch,  # type: ignore[misc]
                                                      resume)) as turn:
@@ -915,7 +944,8 @@ async def drive(
                             steer.others.clear()
                             break
                         continue
-                    notes = [stopped_note(stopped[0]) if stopped else interrupted_note() if pump.interrupted else None]
+                    env.on_usage = None
+                    notes = [stopped[0] if stopped else interrupted_note() if pump.interrupted else None]
                     if adapter_cls.commands:
                         entry, writes = _count_turn(env, platform, turn_input, cc.usage_delta(before, usage.as_dict()), began)
                         for key, value, scope in writes:
@@ -935,14 +965,10 @@ async def drive(
                         yield final  # each turn is its own reply in the chat
                     if stopped:  # what the session sent before the /stop is not started either
                         await steer.pull()
-                        if steer.pending:
+                        if steer.unstarted:
                             builder.next_message()
-                            yield builder.notice_message(texts.t(
-                                "(Not started after the stop: {what}. Send it again when you want it.)",
-                                "（停止后未开始处理：{what}。需要时请重新发送。）",
-                                what="; ".join(f"“{' '.join(text_of(i).split())[:60]}”" for i in steer.pending[:3])
-                                + (" …" if len(steer.pending) > 3 else "")))
-                            steer.pending = []
+                            yield builder.notice_message(_not_started(steer.unstarted))
+                            steer.unstarted = []
                 steer.turn_done()
                 if session_adapter is not None and env.agent_notes:  # told before anything else the session hears next
                     told = "\n\n".join(env.agent_notes)
@@ -959,24 +985,34 @@ async def drive(
                     builder = _builder(ctx, config, multi_turn=True, slot=hold.slot)
                     continue
                 await steer.pull()
+                switched: dict[str, Any] = {}  # session key -> the agent session a /new or /resume chose
                 while steer.commands:  # commands among the follow-ups: answered now, each in its sender's session
-                    item, command = steer.commands.pop(0)
+                    item, command, unstarted = steer.commands.pop(0)
                     vctx = sessions.view(ctx, item)
+                    if unstarted:  # a /stop after the turn it meant ended: what came before it is not started
+                        with texts.to(_words(text_of(item)), _person(vctx)):
+                            yield builder.notice_message(_not_started(unstarted))
+                        builder.next_message()
+                        continue
                     item_env = RunEnv(vctx, config, redact, adapter_cls.session_key)
                     item_env.limit, item_env.deadline = env.limit, env.deadline
                     with texts.to(_words(text_of(item)), _person(vctx)):
                         async with aclosing(_command(command, vctx, item_env, config, builder, adapter_cls,
-                                                     sessions.SLOTS.get(own_key(item) or ""), conv_key)) as commanded:
+                                                     sessions.SLOTS.get(own_key(item) or ""), conv_key,
+                                                     switched)) as commanded:
                             async for r in commanded:
                                 yield r
                     builder.next_message()
                 if session_adapter is not None and adapter_cls.commands and live is session_adapter:
                     chosen_config = cc.effective(config, cc.Book.load(_conversation_state(env.ctx), env.session.key or ""))
-                    if any(chosen_config.get(k) != env.config.get(k) for k in ("permission-mode", "model")):
+                    # a /new or /resume for this session: its next turn, in this run too, is in that one
+                    chosen_session = switched.get(env.session.key or "", env.session.current) or None
+                    if chosen_session != env.session.current or any(chosen_config.get(k) != env.config.get(k) for k in ("permission-mode", "model")):
                         # a /mode or /model for this session: the agent starts again with it for the
                         # next turn, in the same session (it resumes it)
                         with _suppress_ctx(Exception):
                             await asyncio.wait_for(session_adapter.close(), CLOSE_GRACE)
+                        env.session.current = env.session.stored = chosen_session
                         env.config = chosen_config
                         live = session_adapter = adapter_cls(env)
                 steer.defer()  # another member's session has waited long enough: it goes first
@@ -1803,6 +1839,8 @@ def _translate(item: Any, env: RunEnv, builder: ResultBuilder, usage: UsageTotal
             builder.add_attachment(item)
         case ev.Usage():
             usage.add(item)
+            if env.on_usage is not None:
+                env.on_usage()
         case ev.SessionId(value=v):
             env.session.set(v)
             if env.session.dirty and env.session.current:

@@ -73,8 +73,10 @@ class Steering:
     # command never becomes a turn, it waits in ``commands`` to be answered between turns, and a
     # ``/stop`` goes to ``on_stop`` at once (True: it stopped a running turn, nothing more to say)
     command_config: Any = None
-    commands: list[tuple[Any, Any]] = field(default_factory=list)
+    # (item, command, the follow-ups a /stop came after: never started, named in its answer)
+    commands: list[tuple[Any, Any, list[Any]]] = field(default_factory=list)
     on_stop: Callable[[Any], bool] | None = None
+    unstarted: list[Any] = field(default_factory=list)  # what came before a /stop that stopped the turn
 
     @classmethod
     def for_run(cls, ctx: Any) -> Steering:
@@ -107,8 +109,17 @@ class Steering:
                         stopped = self.on_stop(item)
                     except Exception as exc:  # noqa: BLE001 - then it is answered between turns
                         log.warning("a /stop could not stop the turn: %s", type(exc).__name__)
-                if not stopped:
-                    self.commands.append((item, cmd))
+                before: list[Any] = []
+                if cmd.name == "stop":  # what came before it is not started; what comes after it is
+                    own = self.session_of(item)
+                    if stopped or own is None or own == self.key:
+                        before, self.pending = self.pending, []
+                    else:
+                        before = self.others.pop(own, [])
+                if stopped:
+                    self.unstarted.extend(before)
+                else:
+                    self.commands.append((item, cmd, before))
                 return False
         key = self.session_of(item)
         if key is None or key == self.key:

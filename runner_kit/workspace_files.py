@@ -272,6 +272,7 @@ MAX_SUMMARY_LINES = 30
 MAX_UNTRACKED = 2000  # untracked files shown as additions (the rest are counted)
 MAX_LISTED = 100_000  # directory entries walked when the workspace is not a repository
 _INFO_CAP = 4 << 20  # bytes read of git's file lists and counts
+_INDEX_NAMES_CAP = 64 << 20  # bytes of the index's names checked (more: the index is not trusted)
 _COPY_CAP = 512 << 20  # an index larger than this is not copied
 _EMPTY_TREE = {"sha1": "4b825dc642cb6eb9a060e54bf8d69288fbee4904",
                "sha256": "6ef19b41225c5369f1c104d45d8d85efa9b057b53b14b4b9b939dd74decc5321"}
@@ -378,6 +379,10 @@ async def _git_diff(git: str, root: Path, max_patch_bytes: int, timeout: float) 
         if head.timed_out:
             _check(head, "rev-parse")
         base = head.out.strip().decode() if head.code == 0 and head.out.strip() else _EMPTY_TREE[fmt]
+        tracked = await run("ls-files", "-z", "--cached", cap=_INDEX_NAMES_CAP)
+        _check(tracked, "ls-files --cached")
+        if tracked.cut or any(map(_leaves_tree, tracked.out.split(b"\0"))):
+            raise _NotTrusted(t("its index names files outside the workspace", "其索引指向工作区之外的文件"))
         listed = await run("ls-files", "-z", "--others", "--exclude-standard", cap=_INFO_CAP)
         _check(listed, "ls-files")
         names = listed.out.split(b"\0")
@@ -407,6 +412,15 @@ async def _git_diff(git: str, root: Path, max_patch_bytes: int, timeout: float) 
     if cut:
         log.info("/diff: git's file list was cut at %d bytes", _INFO_CAP)
     return Diff(summary, body or None)
+
+
+def _leaves_tree(name: bytes) -> bool:
+    """Whether an index entry's name leads out of the work tree. Git never writes one, but it reads
+    an index as it finds it and then compares (and prints) the work-tree file at that name: a
+    ``../home/.ssh/id_rsa`` the agent wrote into ``.git/index`` would be read from the host."""
+    if not name:
+        return False
+    return name.startswith(b"/") or any(part in (b"", b".", b"..") for part in name.split(b"/"))
 
 
 def _check(res: _Result, what: str) -> None:

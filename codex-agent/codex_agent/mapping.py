@@ -61,36 +61,51 @@ class UsageMeter:
         self.before: dict[str, int] | None = {} if fresh_thread else None
         self.now: dict[str, int] | None = None
         self.summed: dict[str, int] = {}  # fallback: the per-request `last` counts of this turn
+        self.reported: dict[str, int] = {}  # what this turn's usage events already carried
 
-    def update(self, params: dict[str, Any], turn_id: str | None) -> None:
+    def update(self, params: dict[str, Any], turn_id: str | None) -> ev.Usage | None:
+        """Take one ``thread/tokenUsage/updated``; the usage this turn added since the last report
+        (after each model request: the budgets see a long turn's usage while it runs)."""
         usage = v if isinstance(v := params.get("tokenUsage"), dict) else {}
         total = _counts(usage.get("total"))
         if total is None:
-            return
+            return None
         other = params.get("turnId")
         if other and turn_id and other != turn_id:
             self.before = total  # the count an earlier turn ended with (repeated on resume)
-            return
+            return None
         self.now = total
         if (last := _counts(usage.get("last"))) is not None:
             for k, v in last.items():
                 self.summed[k] = self.summed.get(k, 0) + v
+        return self._increment(self._diff(self.now, self.before, self.summed))
+
+    @staticmethod
+    def _diff(now: dict[str, int] | None, before: dict[str, int] | None, summed: dict[str, int]) -> dict[str, int]:
+        if now is None:
+            return {}
+        if before is None:  # resumed and the old count was never repeated: add up the requests
+            return dict(summed)
+        return {k: max(v - before.get(k, 0), 0) for k, v in now.items()}
+
+    def _increment(self, diff: dict[str, int]) -> ev.Usage | None:
+        step = {k: v - self.reported.get(k, 0) for k, v in diff.items() if v - self.reported.get(k, 0) > 0}
+        if not step:
+            return None
+        for k, v in step.items():
+            self.reported[k] = self.reported.get(k, 0) + v
+        extra = {name: step[k] for k, name in _EXTRA.items() if step.get(k)}
+        return ev.Usage(step.get("inputTokens"), step.get("outputTokens"), step.get("totalTokens"), extra)
 
     def finish_turn(self) -> ev.Usage | None:
-        """This turn's usage (None when Codex reported none) and the start of the next turn's."""
+        """What of this turn's usage no report carried yet (None when nothing is left, or Codex
+        reported none), and the start of the next turn's."""
         now, before, summed = self.now, self.before, self.summed
-        self.now, self.summed = None, {}
-        if now is None:
-            return None
-        self.before = now
-        if before is None:  # resumed and the old count was never repeated: add up the requests
-            diff = summed
-        else:
-            diff = {k: max(v - before.get(k, 0), 0) for k, v in now.items()}
-        if not diff:
-            return None
-        extra = {name: diff[k] for k, name in _EXTRA.items() if diff.get(k)}
-        return ev.Usage(diff.get("inputTokens"), diff.get("outputTokens"), diff.get("totalTokens"), extra)
+        rest = self._increment(self._diff(now, before, summed))
+        self.now, self.summed, self.reported = None, {}, {}
+        if now is not None:
+            self.before = now
+        return rest
 
 
 @dataclass
@@ -131,8 +146,8 @@ class TurnMapper:
         if method == "item/completed":
             return self._completed(p.get("item"))
         if method == "thread/tokenUsage/updated":
-            self.usage.update(p, self.turn_id)
-            return []
+            step = self.usage.update(p, self.turn_id)
+            return [step] if step is not None else []
         if method == "turn/plan/updated":
             return self._plan(p)
         if method == "error":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 import pytest
 
@@ -51,7 +50,7 @@ async def test_chinese_help_and_unknown_command_answered_with_the_list(case, ser
     runner = make_runner(case.plugin, host)
     results = await run(runner, host, "/帮助", config=case.config(server))  # not a command word: goes to the agent
     assert case.seen(server), "a slash and non-ASCII text is an ordinary message"
-    results = await run(runner, host, "/frobnicate now", config={**case.config(server), "advanced-settings": True, "chat-language": "zh_Hans", "advanced-settings": True})
+    results = await run(runner, host, "/frobnicate now", config={**case.config(server), "advanced-settings": True, "chat-language": "zh_Hans"})
     text = shown(results)
     assert "未知命令 /frobnicate" in text and "/resume" in text, text
 
@@ -239,7 +238,7 @@ async def test_a_shared_session_needs_an_approver_to_change_mode_or_model(case, 
 
 async def test_a_used_up_session_budget_stops_the_next_turn_with_a_clear_line(case, server, host):
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "advanced-settings": True, "session-budget-tokens": 1, "advanced-settings": True}
+    cfg = {**case.config(server), "advanced-settings": True, "session-budget-tokens": 1}
     case.answer(server, TOKENS, 0.0)
     await run(runner, host, "first", config=cfg)
     calls = len(case.seen(server))
@@ -254,7 +253,7 @@ async def test_a_used_up_session_budget_stops_the_next_turn_with_a_clear_line(ca
 
 async def test_a_daily_budget_counts_every_conversation_of_the_bot(case, server, host):
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "advanced-settings": True, "daily-budget-tokens": 1, "advanced-settings": True}
+    cfg = {**case.config(server), "advanced-settings": True, "daily-budget-tokens": 1}
     case.answer(server, TOKENS, 0.0)
     await run(runner, host, "first", config=cfg, identity=Identity(conversation_id="day-a"))
     results = await run(runner, host, "other chat", config=cfg, identity=Identity(conversation_id="day-b"))
@@ -311,7 +310,7 @@ async def test_idle_workspaces_and_homes_are_removed_but_never_the_running_one(c
     from runner_kit.process import data_root
 
     runner = make_runner(case.plugin, host)
-    cfg = {**case.config(server), "advanced-settings": True, "cleanup-after-days": 2, "advanced-settings": True}
+    cfg = {**case.config(server), "advanced-settings": True, "cleanup-after-days": 2}
     await run(runner, host, "first", config=cfg)
     [platform_dir] = [p for p in data_root().iterdir() if (p / "workspaces").is_dir()]
     [mine] = list((platform_dir / "workspaces").iterdir())

@@ -15,7 +15,18 @@ import tests.contract.cases  # noqa: F401  (the case module imports from it)
 from runner_kit.process import alive, descendants
 from runners_cli.host import Identity
 from tests.contract.case_acp_agent_runner import KEY, _Server, config
-from tests.helpers import collect, deltas, failure, final_text, make_runner, messages, rtype, run, state_updates, terminal
+from tests.helpers import (
+    collect,
+    deltas,
+    failure,
+    final_text,
+    make_runner,
+    messages,
+    rtype,
+    run,
+    state_updates,
+    terminal,
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "acp-agent-runner"))
 from acp_agent_runner import const, policy, providers  # noqa: E402
