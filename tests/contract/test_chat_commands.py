@@ -426,3 +426,40 @@ async def test_a_model_switch_during_a_run_applies_to_the_next_follow_up(case, s
     assert "model-a" in first.sent and "model-b" in second.sent and "model-a" not in second.sent.split("first job")[-1]
     assert first.conversation == second.conversation, "the same agent session, resumed"
     assert "first job" in second.sent, "with its history"
+
+
+async def test_diff_shows_what_changed_in_the_workspace(case, server, host, tmp_path):
+    """/diff in a workspace that is a git repository: the summary and the patch; in one that is not:
+    the files changed since the session started. The agent is not started for it."""
+    import subprocess
+
+    runner = make_runner(case.plugin, host)
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "app.py").write_text("print('one')\n")
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    cfg = {**case.config(server), "workspace": str(repo)}
+    await run(runner, host, "change it", config=cfg)
+    (repo / "app.py").write_text("print('two')\n")  # what the agent did
+    (repo / "notes.md").write_text("new\n")
+    calls = len(case.seen(server))
+    said = shown(await run(runner, host, "/diff", config=cfg))
+    assert "app.py" in said and "notes.md" in said, said
+    assert "-print('one')" in said and "+print('two')" in said, said
+    assert len(case.seen(server)) == calls, "the agent was not asked"
+    # not a repository: what changed since the session started
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "old.txt").write_text("before the session")
+    os_time = time.time() - 3600
+    import os
+
+    os.utime(plain / "old.txt", (os_time, os_time))
+    cfg = {**case.config(server), "workspace": str(plain)}
+    await run(runner, host, "make a report", config=cfg)
+    (plain / "report.txt").write_text("made by the agent")
+    said = shown(await run(runner, host, "/diff", config=cfg))
+    assert "report.txt" in said and "old.txt" not in said, said
