@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,19 @@ def _commands_only(case):
     adapter = load_runner_class(find(case.plugin)).adapter
     if not getattr(adapter, "commands", False):
         pytest.skip(f"{case.plugin} takes no chat commands (not a coding agent)")
+
+
+async def long_run_started(case, server, host) -> tuple[Any, dict[str, Any], asyncio.Future[list[Any]]]:
+    """A slow answer running in a run of its own (a host that does not steer), once the model has it."""
+    case.answer(server, SLOW, 0.1)
+    runner = make_runner(case.plugin, host)
+    cfg = case.config(server)
+    long_run = asyncio.ensure_future(run(runner, host, "long job", config=cfg))
+    for _ in range(400):
+        if case.seen(server):
+            break
+        await asyncio.sleep(0.02)
+    return runner, cfg, long_run
 
 
 def sessions_seen(case, server) -> list[str]:
@@ -148,14 +162,7 @@ async def test_stop_as_a_follow_up_stops_the_running_turn_now(case, server, host
 
 async def test_stop_from_a_run_of_its_own_stops_the_other_run(case, server, host):
     """A host that does not steer: /stop is a run of its own and reaches the session's running turn."""
-    case.answer(server, SLOW, 0.1)
-    runner = make_runner(case.plugin, host)
-    cfg = case.config(server)
-    long_run = asyncio.ensure_future(run(runner, host, "long job", config=cfg))
-    for _ in range(400):
-        if case.seen(server):
-            break
-        await asyncio.sleep(0.02)
+    runner, cfg, long_run = await long_run_started(case, server, host)
     await asyncio.sleep(0.3)
     said = shown(await run(runner, host, "/stop", config=cfg))
     assert "Stopping the running turn" in said, said
@@ -285,14 +292,7 @@ async def test_commands_sent_during_a_turn_are_answered_after_it_in_order(case, 
 
 
 async def test_new_from_a_run_of_its_own_while_a_turn_runs_is_refused(case, server, host):
-    case.answer(server, SLOW, 0.1)
-    runner = make_runner(case.plugin, host)
-    cfg = case.config(server)
-    long_run = asyncio.ensure_future(run(runner, host, "long job", config=cfg))
-    for _ in range(400):
-        if case.seen(server):
-            break
-        await asyncio.sleep(0.02)
+    runner, cfg, long_run = await long_run_started(case, server, host)
     said = shown(await run(runner, host, "/new", config=cfg))
     assert "still running" in said, said
     await run(runner, host, "/stop", config=cfg)
@@ -428,19 +428,24 @@ async def test_a_model_switch_during_a_run_applies_to_the_next_follow_up(case, s
     assert "first job" in second.sent, "with its history"
 
 
-async def test_diff_shows_what_changed_in_the_workspace(case, server, host, tmp_path):
-    """/diff in a workspace that is a git repository: the summary and the patch; in one that is not:
-    the files changed since the session started. The agent is not started for it."""
+def _committed_repo(repo, files: dict[str, str]):
     import subprocess
 
-    runner = make_runner(case.plugin, host)
-    repo = tmp_path / "repo"
     repo.mkdir()
     git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
     subprocess.run([*git, "init", "-q"], check=True)
-    (repo / "app.py").write_text("print('one')\n")
+    for name, text in files.items():
+        (repo / name).write_text(text)
     subprocess.run([*git, "add", "."], check=True)
     subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    return repo
+
+
+async def test_diff_shows_what_changed_in_the_workspace(case, server, host, tmp_path):
+    """/diff in a workspace that is a git repository: the summary and the patch; in one that is not:
+    the files changed since the session started. The agent is not started for it."""
+    runner = make_runner(case.plugin, host)
+    repo = _committed_repo(tmp_path / "repo", {"app.py": "print('one')\n"})
     cfg = {**case.config(server), "workspace": str(repo)}
     await run(runner, host, "change it", config=cfg)
     (repo / "app.py").write_text("print('two')\n")  # what the agent did

@@ -53,3 +53,20 @@ def tool_sleeps() -> set[int]:
             if cmd[:2] == [b"sleep", b"45"]:
                 out.add(int(entry.name))
     return out
+
+
+@pytest.fixture
+def spawned(monkeypatch):
+    """Every agent process a runner starts (any of the coding-agent plugins), by PID."""
+    from runner_kit import process
+
+    pids: list[int] = []
+    original = process.AgentProcess.spawn.__func__
+
+    async def spawn(cls, *args, **kwargs):
+        proc = await original(cls, *args, **kwargs)
+        pids.append(proc.pid)
+        return proc
+
+    monkeypatch.setattr(process.AgentProcess, "spawn", classmethod(spawn))
+    return pids

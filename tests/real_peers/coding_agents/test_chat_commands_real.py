@@ -59,23 +59,6 @@ def config(clis: Any, api: FakeModelAPI, agent: str, **extra: Any) -> dict[str, 
     return {**cfg, "api-key": api.api_key, "user-id-source": "actor", "advanced-settings": True, **extra}
 
 
-@pytest.fixture
-def spawned_any(monkeypatch):
-    """Every agent process the runner starts (any of the three plugins)."""
-    from runner_kit import process
-
-    pids: list[int] = []
-    original = process.AgentProcess.spawn.__func__
-
-    async def spawn(cls, *args, **kwargs):
-        proc = await original(cls, *args, **kwargs)
-        pids.append(proc.pid)
-        return proc
-
-    monkeypatch.setattr(process.AgentProcess, "spawn", classmethod(spawn))
-    return pids
-
-
 def host_of(agent: str) -> LocalHost:
     return LocalHost(runner_id=find(PLUGINS[agent]).runner_id)
 
@@ -237,7 +220,7 @@ async def test_stop_ends_the_running_tool_and_the_session_goes_on(clis, api, age
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-async def test_next_turn_mode_a_follow_up_is_answered_after_the_turn(clis, api, agent, spawned_any):
+async def test_next_turn_mode_a_follow_up_is_answered_after_the_turn(clis, api, agent, spawned):
     host = host_of(agent)
     runner = make_runner(PLUGINS[agent], host)
     api.answer_tokens, api.token_delay = ["first "] * 10 + ["turn."], 0.1
@@ -257,11 +240,11 @@ async def test_next_turn_mode_a_follow_up_is_answered_after_the_turn(clis, api, 
     reqs = api.model_requests()
     assert len(reqs) == 2 and "second question" not in str(reqs[0].body)
     assert "second question" in str(reqs[1].body) and "first question" in str(reqs[1].body)
-    assert len(spawned_any) == 1, "both turns in the one live CLI process"
+    assert len(spawned) == 1, "both turns in the one live CLI process"
 
 
 @pytest.mark.parametrize("agent", AGENTS)
-async def test_interrupt_mode_a_follow_up_stops_the_turn_with_the_kits_note(clis, api, agent, spawned_any):
+async def test_interrupt_mode_a_follow_up_stops_the_turn_with_the_kits_note(clis, api, agent, spawned):
     host = host_of(agent)
     runner = make_runner(PLUGINS[agent], host)
     api.answer_tokens, api.token_delay = ["working "] * 60, 0.1  # 6 s unless interrupted
@@ -284,4 +267,4 @@ async def test_interrupt_mode_a_follow_up_stops_the_turn_with_the_kits_note(clis
     assert said[1] == "done.", said
     last = api.model_requests()[-1]
     assert "stop and do this" in str(last.body) and "long job" in str(last.body), "same session, history kept"
-    assert len(spawned_any) == 1, "the session went on in the same CLI process"
+    assert len(spawned) == 1, "the session went on in the same CLI process"

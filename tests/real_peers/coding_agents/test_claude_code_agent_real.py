@@ -37,21 +37,6 @@ PLUGIN = "claude-code-agent"
 HELLO = "Hello from the fake model."
 
 
-@pytest.fixture
-def spawned(monkeypatch):
-    """Every claude process the runner starts."""
-    pids: list[int] = []
-    original = process.AgentProcess.spawn.__func__
-
-    async def spawn(cls, *args, **kwargs):
-        proc = await original(cls, *args, **kwargs)
-        pids.append(proc.pid)
-        return proc
-
-    monkeypatch.setattr(process.AgentProcess, "spawn", classmethod(spawn))
-    return pids
-
-
 def config(clis: Any, api: FakeModelAPI, scenario: str | None, **extra: Any) -> dict[str, Any]:
     return {"executable": str(clis.claude), "base-url": api.anthropic_base_url(scenario), "api-key": api.api_key,
             "advanced-settings": True, "max-retries": 0, **extra}
