@@ -426,9 +426,14 @@ def _rmtree(path: str, handler: Callable[[Callable[..., Any], str, Any], None]) 
 
 
 def _owner_rwx(path: str) -> None:
-    st = os.lstat(path)
-    if stat.S_ISDIR(st.st_mode):  # never a link: chmod would change its target
-        os.chmod(path, stat.S_IMODE(st.st_mode) | stat.S_IRWXU)
+    """Make a folder the sweep must empty writable for its owner: opened without following a link
+    (a process still in the workspace could swap the folder for a link between a check and a
+    chmod by name, and so have the link's target made writable), changed through that handle."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | stat.S_IRWXU)
+    finally:
+        os.close(fd)
 
 
 def _tree_size(path: Path) -> int:

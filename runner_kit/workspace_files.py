@@ -708,7 +708,8 @@ def _changed_since(root: Path, since: float | None, timeout: float) -> str:
                  "自本会话开始以来，工作区没有文件改动。")
     else:
         found.sort(key=lambda f: (-f[0], f[1]))
-        lines = [t("{n} files changed since this session started (no git repository, so no patch):",
+        lines = [t("{n} files changed since this session started (no git repository, so no patch):"
+                   if len(found) != 1 else "1 file changed since this session started (no git repository, so no patch):",
                    "自本会话开始以来有 {n} 个文件改动（不是 git 仓库，因此没有补丁）：", n=len(found))]
         lines += [f"{_shown(rel)}  {_size(size)}" for _, rel, size in found[:MAX_SUMMARY_LINES]]
         if len(found) > MAX_SUMMARY_LINES:

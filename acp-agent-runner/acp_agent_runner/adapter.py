@@ -76,6 +76,7 @@ EOF_GRACE = 1.0  # after a run that ended normally: how long the agent gets to s
 # agents known to ignore stdin EOF (real-peers.md §6): they are stopped without waiting
 IGNORES_EOF = frozenset({"codex-acp"})
 MAX_READ_CHARS = 4 * 1024 * 1024
+KEPT_COSTS = 20  # sessions whose last cumulative cost is kept (as many as /sessions lists)
 
 
 def is_metadata_warning(text: str) -> bool:
@@ -447,19 +448,35 @@ class ACPAdapter(Adapter):
         if currency != "USD":
             log.info("%s reports its cost in %s, not USD; not counted", self.agent_name, currency or "?")
             return None
-        if base is None:
-            kept = (self.env.ctx.state.conversation or {}).get(self._cost_key() or "")
-            if isinstance(kept, dict) and kept.get("session") == self.session_id \
-                    and isinstance(kept.get("amount"), (int, float)):
-                base = float(kept["amount"]) if amount >= float(kept["amount"]) else 0.0
+        if base is None and (kept := self._kept_costs().get(self.session_id or "")) is not None:
+            base = kept if amount >= kept else 0.0
         return None if base is None else max(0.0, amount - base)
+
+    def _kept_costs(self) -> dict[str, float]:
+        """The last cumulative cost kept for each session of this session key, oldest first: one
+        entry per session (``/new`` and ``/resume`` switch between them), at most
+        :data:`KEPT_COSTS`; the shape of one session alone (``session``, ``amount``) is read too."""
+        kept = (self.env.ctx.state.conversation or {}).get(self._cost_key() or "")
+        if not isinstance(kept, dict):
+            return {}
+        pairs = [(kept.get("session"), kept.get("amount"))]
+        if isinstance(kept.get("sessions"), dict):
+            pairs += list(kept["sessions"].items())
+        return {sid: float(v) for sid, v in pairs if isinstance(sid, str) and sid
+                and isinstance(v, (int, float)) and not isinstance(v, bool)}
 
     def _finish(self, resp: Any, turn: _Turn) -> list[ev.Event]:
         out: list[ev.Event] = []
         u = resp.usage
         cost = self._turn_cost(turn)
         if turn.cost is not None and (key := self._cost_key()) is not None and self.session_id:
-            out.append(ev.State(key, {"session": self.session_id, "amount": turn.cost[0]}))
+            costs = self._kept_costs()
+            costs.pop(self.session_id, None)
+            costs[self.session_id] = turn.cost[0]
+            value = {"sessions": dict(list(costs.items())[-KEPT_COSTS:])}
+            out.append(ev.State(key, value))
+            if isinstance(self.env.ctx.state.conversation, dict):  # an agent started again in this run reads it
+                self.env.ctx.state.conversation[key] = value
         if u is not None:
             extra = {k: v for k, v in (("thought_tokens", u.thought_tokens), ("cached_read_tokens", u.cached_read_tokens),
                                        ("cached_write_tokens", u.cached_write_tokens)) if v is not None}
