@@ -393,7 +393,7 @@ NO_REPLY_TEXT_ZH = "（智能体完成了这次请求，但没有回复。）"
 def _waiting_line(steer: Steering) -> str:
     """The line under a running answer naming who waits for the turn to end (follow-up-mode
     next-turn): the agent never gets a message in the middle of a turn, it gets it after."""
-    items = [*steer.pending, *(i for v in steer.others.values() for i in v)]
+    items = [*steer.pending, *(i for v in steer.others.values() for i in v), *(c[0] for c in steer.commands)]
     names = list(dict.fromkeys(sessions.labels([sessions.person(i) for i in items]).values()))
     if not names:
         return ""
@@ -521,8 +521,16 @@ async def _command(command: cc.Command, ctx: Any, env: RunEnv, config: Config, b
                            slot_key=key, conversation=conv_key, platform=adapter_cls.platform, diff=diff,
                            parked=key is not None and key in ap.PARKED)
     snapshot = _conversation_state(ctx)
+    # remembered by the slot of the session the command is for (a later turn of it in this run catches
+    # up from there), not by the one the run is answering now
+    writer = slot.writer(ctx) if slot is not None else lambda *_: True
     for key_, value, scope in said.writes:
-        yield builder.state(key_, value, scope)
+        answering, builder.on_state = builder.on_state, writer
+        try:
+            stored = builder.state(key_, value, scope)
+        finally:
+            builder.on_state = answering
+        yield stored
         if switched is not None and key_ == env.session.key and scope == "conversation":
             switched[key_] = value
         if scope == "conversation":
@@ -1419,11 +1427,13 @@ async def _poll(steer: Steering, queue: _Events, interrupt: bool = True) -> None
         if steer.hold:  # a question is open: its answer must not interrupt the turn
             continue
         before = len(steer.pending) + sum(map(len, steer.others.values()))
+        commands = len(steer.commands)  # chat commands are answered after the turn, whatever the mode
         if await steer.pull() and interrupt:
             steer.taken.clear()
             queue.put_nowait(_STEERED)
             await steer.taken.wait()  # a turn that ends instead: this poller is cancelled with it
-        elif not interrupt and len(steer.pending) + sum(map(len, steer.others.values())) > before:
+        elif len(steer.commands) > commands or (
+                not interrupt and len(steer.pending) + sum(map(len, steer.others.values())) > before):
             queue.put_nowait(_QUEUED)  # say under the running answer that they come after it
 
 

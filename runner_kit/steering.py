@@ -193,7 +193,8 @@ class Steering:
 
     def unanswered(self) -> list[str]:
         """Texts of follow-ups pulled but never answered (for the closing note)."""
-        return [text_of(i) for i in (*self.in_turn, *self.pending, *(i for v in self.others.values() for i in v))]
+        return [text_of(i) for i in (*self.in_turn, *self.pending, *(i for v in self.others.values() for i in v),
+                                     *(c[0] for c in self.commands))]
 
 
 async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAULT_MAX_BYTES,
