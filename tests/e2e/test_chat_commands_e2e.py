@@ -32,6 +32,7 @@ from typing import Any
 
 import pytest
 
+from runner_kit.chat_commands import money
 from runner_kit.process import data_root
 from runners_cli.plugins import find
 from tests.e2e.harness import (
@@ -278,8 +279,8 @@ def test_cost_after_a_run(host: Host, api: FakeModelAPI, tmp_path: Path, journey
     mine = [v for k, v in days.items() if pipeline in k]
     assert len(mine) == 1 and mine[0]["turns"] == 1 and mine[0]["tokens"] == tokens, days
     lines = texts[1].splitlines()
-    assert lines[0] == f"This session: {tokens} tokens in 1 turn, ${entry['cost']:.2f}.", texts[1]
-    assert lines[1] == f"Today (UTC, all chats of this bot): {tokens} tokens in 1 turn, ${mine[0]['cost']:.2f}.", \
+    assert lines[0] == f"This session: {tokens} tokens in 1 turn, {money(entry['cost'])}.", texts[1]
+    assert lines[1] == f"Today (UTC, all chats of this bot): {tokens} tokens in 1 turn, {money(mine[0]['cost'])}.", \
         texts[1]
 
 
