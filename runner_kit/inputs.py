@@ -37,6 +37,20 @@ FILE_DIRS_ENV = "RUNNER_KIT_FILE_DIRS"
 # base64 text or bytes larger than this are decoded / hashed in a worker thread, off the event loop
 _OFF_LOOP_BYTES = 256 * 1024
 _READ_CHUNK = 1024 * 1024
+
+
+def read_at_most(fd: int, n: int) -> bytes:
+    """Up to ``n`` bytes from ``fd`` (fewer at its end), read in chunks: a file that grows while it is
+    read, or a device with no end, never takes more than ``n``."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < n:
+        chunk = os.read(fd, min(_READ_CHUNK, n - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
+    return b"".join(chunks)
 _SLICE = 1024 * 1024  # characters of base64 handled per C call; a multiple of 4
 _OPEN_FLAGS = (
     os.O_RDONLY
@@ -467,14 +481,8 @@ def _read_allowed(path: str, dirs: tuple[str, ...], name: str, max_bytes: int) -
             if not stat.S_ISREG(fst.st_mode) or (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
                 raise _Skip(f"{_q(name)} changed while being read", detail=f"path={path[:200]!r}", warn=True)
             _check_size(fst.st_size, name, max_bytes)
-            chunks: list[bytes] = []
-            total = 0
-            while total <= max_bytes:
-                chunk = os.read(fd, min(_READ_CHUNK, max_bytes + 1 - total))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                total += len(chunk)
+            data = read_at_most(fd, max_bytes + 1)
+            total = len(data)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -484,4 +492,4 @@ def _read_allowed(path: str, dirs: tuple[str, ...], name: str, max_bytes: int) -
             warn=True,
         ) from None
     _check_size(total, name, max_bytes)
-    return b"".join(chunks)
+    return data

@@ -39,6 +39,7 @@ from urllib.parse import unquote, urlsplit
 from . import events as ev
 from . import outfiles
 from .errors import RunnerError
+from .inputs import read_at_most
 from .logs import get_logger
 from .process import child_env
 from .texts import t
@@ -234,21 +235,15 @@ def _read_inside(real: str, root: str, limit: int) -> bytes:
         opened = _fd_path(fd)
         if opened is not None and (not _inside(opened, root) or _in_git(opened, root)):
             raise _Skip("moved out of the workspace while being read")
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(_READ_CHUNK, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        data = read_at_most(fd, limit + 1)
+        total = len(data)
     except OSError as exc:
         raise _Skip(exc.strerror or "cannot read") from None
     finally:
         os.close(fd)
     if total > limit:
         raise _TooLarge(max(total, fst.st_size))
-    return b"".join(chunks)
+    return data
 
 
 def _fd_path(fd: int) -> str | None:
