@@ -37,6 +37,7 @@ from . import command_scope as cs
 from . import events as ev
 from . import sessions
 from .channel import Channel
+from .config import listed
 from .logs import get_logger
 from .texts import current, t
 
@@ -362,9 +363,7 @@ def interaction_request(agent: str, q: Question, expires_at: float | None, caps:
 
 
 def approvers(config: Any) -> list[str]:
-    raw = config.get("approvers") if config is not None else None
-    items = raw if isinstance(raw, list) else re.split(r"[,\n]", str(raw or ""))
-    return [s for s in (str(i).strip() for i in items) if s]
+    return listed(config.get("approvers") if config is not None else None)
 
 
 def approval_timeout(config: Any) -> float:

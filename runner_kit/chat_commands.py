@@ -40,7 +40,7 @@ from typing import Any
 
 from . import approvals, texts
 from .approvals import actor_of, approvers
-from .config import Config
+from .config import Config, listed
 from .identity import PER_PERSON, normalize_source
 from .inputs import UserInput
 from .logs import get_logger
@@ -111,29 +111,7 @@ def unescaped(inp: UserInput, config: Mapping[str, Any] | None) -> UserInput:
     return inp
 
 
-def item_command(item: Any, config: Mapping[str, Any] | None) -> Command | None:
-    """The command a steering follow-up is (text only: an item with attachments never is one)."""
-    source = getattr(item, "input", None)
-    if source is None:
-        return None
-    if getattr(source, "attachments", None):
-        return None
-    for c in getattr(source, "contents", None) or []:
-        if getattr(c, "type", "text") != "text":
-            return None
-    try:
-        text = str(source.to_text() or "")
-    except Exception:  # noqa: BLE001 - a malformed item is an ordinary follow-up
-        return None
-    return parse(text, prefix_of(config))
-
-
 # --- the owner's bounds ----------------------------------------------------------------------------
-
-
-def _items(raw: Any) -> list[str]:
-    items = raw if isinstance(raw, list) else re.split(r"[,\n]", str(raw or ""))
-    return [s for s in (str(i).strip() for i in items) if s]
 
 
 def owner_mode(config: Mapping[str, Any]) -> str:
@@ -142,16 +120,15 @@ def owner_mode(config: Mapping[str, Any]) -> str:
 
 def allowed_modes(config: Mapping[str, Any]) -> list[str]:
     """The modes the chat may pick: ``plan``, the owner's own, and those listed in ``chat-modes``."""
-    listed = [m.lower() for m in _items(config.get("chat-modes"))]
-    listed = [MODE_OF.get(m, m) for m in listed]
-    out = {"plan", owner_mode(config), *(m for m in listed if m in MODES)}
+    chosen = [MODE_OF.get(m.lower(), m.lower()) for m in listed(config.get("chat-modes"))]
+    out = {"plan", owner_mode(config), *(m for m in chosen if m in MODES)}
     return sorted(out, key=RANK.__getitem__)
 
 
 def allowed_models(config: Mapping[str, Any]) -> list[str]:
     """The models the chat may pick: the configured one (if any) and those in ``chat-models``."""
     own = str(config.get("model") or "").strip()
-    return list(dict.fromkeys([*([own] if own else []), *_items(config.get("chat-models"))]))
+    return list(dict.fromkeys([*([own] if own else []), *listed(config.get("chat-models"))]))
 
 
 def effective(config: Config, book: Book) -> Config:
@@ -598,11 +575,10 @@ def who_of(ctx: Any) -> tuple[str | None, str]:
 
 @dataclass
 class Said:
-    """What a command answers: the text, the state it writes (key, value, scope), a file for the chat."""
+    """What a command answers: the text, and the state it writes (key, value, scope)."""
 
     text: str
     writes: list[tuple[str, Any, str]] = field(default_factory=list)
-    attachments: list[Any] = field(default_factory=list)
 
 
 def own_session(ctx: Any, config: Mapping[str, Any]) -> bool:

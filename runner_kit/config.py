@@ -168,6 +168,12 @@ NOT_SET_UP = ("This bot's agent is {agent}, which its owner has not set up yet: 
 NOT_SET_UP_ZH = "此机器人的智能体是 {agent}，但其所有者尚未完成设置：请打开流水线的 AI 设置，选择并配置一个运行器。"
 
 
+def listed(raw: Any) -> list[str]:
+    """A list setting as the form stores it: a list, or text with one item per comma or line."""
+    items = raw if isinstance(raw, list) else str(raw or "").replace("\n", ",").split(",")
+    return [s for s in (str(i).strip() for i in items) if s]
+
+
 def not_set_up(agent: str) -> RunnerError:
     """``config.missing`` for a binding its owner never configured (LangBot binds a new pipeline to
     the first runner it lists, with that runner's YAML defaults): one line for the chat, shown as

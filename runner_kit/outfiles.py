@@ -48,9 +48,9 @@ def size_text(n: int) -> str:
     return f"{n / 1048576:.3g} MiB" if n >= 1048576 else f"{max(1, round(n / 1024))} KiB"
 
 
-def too_many(name: str) -> str:
-    """The not-attached phrase for a file past :data:`MAX_FILES`."""
-    return t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）", name=name, n=MAX_FILES)
+def too_many(name: str, limit: int = MAX_FILES) -> str:
+    """The not-attached phrase for a file past ``limit`` files (:data:`MAX_FILES`)."""
+    return t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）", name=name, n=limit)
 
 
 def too_large(name: str, err: RunnerError, max_bytes: int, left: int) -> str | None:

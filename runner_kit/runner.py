@@ -50,7 +50,15 @@ from .invoke import LEAN_SUPPORTED, lean_invoke, outlet
 from .logs import bind_redactor, get_logger, unbind_redactor
 from .results import ResultBuilder, StreamPolicy, progress_line
 from .session import SessionHandle, session_key
-from .steering import POLL_INTERVAL, Steering, follow_up_input, follow_up_mode, text_of, unanswered_note
+from .steering import (
+    POLL_INTERVAL,
+    Steering,
+    follow_up_input,
+    follow_up_mode,
+    quoted,
+    text_of,
+    unanswered_note,
+)
 from .usage import UsageTotals
 
 DEFAULT_TIMEOUT = 300.0
@@ -449,9 +457,8 @@ def _budget_watch(env: RunEnv, platform: str, config: Config, before: dict[str, 
 
 def _not_started(items: list[Any]) -> str:
     """The line naming follow-ups a /stop came after (never given to the agent)."""
-    what = "; ".join(f"“{' '.join(text_of(i).split())[:60]}”" for i in items[:3]) + (" …" if len(items) > 3 else "")
     return texts.t("(Not started after the stop: {what}. Send it again when you want it.)",
-                   "（停止后未开始处理：{what}。需要时请重新发送。）", what=what)
+                   "（停止后未开始处理：{what}。需要时请重新发送。）", what=quoted([text_of(i) for i in items]))
 
 
 def _conversation_state(ctx: Any) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import sessions
-from .chat_commands import item_command
+from .chat_commands import Command, parse, prefix_of
 from .errors import RunnerError
 from .inputs import DEFAULT_MAX_BYTES, InputFile, UserInput, collect_input
 from .logs import get_logger
@@ -39,6 +39,17 @@ def steering_allowed(ctx: Any) -> bool:
 def follow_up_mode(config: Any) -> str:
     value = str((config.get("follow-up-mode") if config is not None else None) or "next-turn").strip().lower()
     return value if value in FOLLOW_UP_MODES else "next-turn"
+
+
+def item_command(item: Any, config: Any) -> Command | None:
+    """The chat command a follow-up is (runner_kit.chat_commands): text only, an item with
+    attachments or other content never is one."""
+    source = getattr(item, "input", None)
+    if source is None or getattr(source, "attachments", None):
+        return None
+    if any(getattr(c, "type", "text") != "text" for c in getattr(source, "contents", None) or []):
+        return None
+    return parse(text_of(item), prefix_of(config))
 
 
 def text_of(item: Any) -> str:
@@ -234,10 +245,15 @@ async def follow_up_input(ctx: Any, items: list[Any], *, max_bytes: int = DEFAUL
     return UserInput(text="\n\n".join(texts), files=files, params=params, skipped=skipped)
 
 
+def quoted(texts: list[str]) -> str:
+    """A few messages named in a note: the first three, each on one line and cut at 60 characters."""
+    shown = [x if len(x) <= 60 else x[:57] + "…" for x in (" ".join(t.split()) for t in texts) if x]
+    return "; ".join(f"“{x}”" for x in shown[:3]) + (" …" if len(shown) > 3 else "")
+
+
 def unanswered_note(texts: list[str]) -> str:
     """One line telling the chat which follow-ups this run could not answer."""
-    shown = [x if len(x) <= 60 else x[:57] + "…" for x in texts if x]
-    what = "; ".join(f"“{x}”" for x in shown[:3]) + (" …" if len(shown) > 3 else "")
+    what = quoted(texts)
     n = len(texts)
     if texts_lang() == ZH:
         return f"（有 {n} 条追问因本次运行已结束而未得到回答" + (f"：{what}" if what else "") + "。请重新发送。）"

@@ -94,7 +94,7 @@ def named_files(text: str, workspace: Path, *, max_bytes: int, max_files: int = 
         name = _shown(rel)
         if len(attachments) >= max_files:
             if _regular(real):
-                phrases.append(_too_many(name, max_files))
+                phrases.append(outfiles.too_many(name, max_files))
             continue
         try:
             data = _read_inside(real, root, min(max_bytes, left))
@@ -112,12 +112,6 @@ def named_files(text: str, workspace: Path, *, max_bytes: int, max_files: int = 
         mime = mimetypes.guess_type(rel)[0] or "application/octet-stream"
         attachments.append(outfiles.attachment(data, mime, _shown(os.path.basename(rel))))
     return attachments, phrases
-
-
-def _too_many(name: str, max_files: int) -> str:
-    if max_files == outfiles.MAX_FILES:
-        return outfiles.too_many(name)
-    return t("'{name}' (more than {n} files)", "“{name}”（超过 {n} 个文件）", name=name, n=max_files)
 
 
 def _candidates(text: str, backticks: bool = True) -> Iterator[str]:

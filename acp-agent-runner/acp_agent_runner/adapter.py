@@ -252,7 +252,7 @@ class ACPAdapter(Adapter):
 
     async def _start(self) -> None:
         cfg = self.env.config
-        self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.DATA_NAME)
+        self.workspace = self.workspace_path()
         await housekeeping.hold(self._stack, const.DATA_NAME, self.workspace, cfg.get("cleanup-after-days"))
         self._proxy = await self._stack.enter_async_context(SecretProxy.open(self.env.redact))
         spec = providers.launch(cfg, self._proxy)

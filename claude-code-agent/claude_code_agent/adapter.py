@@ -273,7 +273,7 @@ class ClaudeCodeAdapter(Adapter):
 
     async def _start(self) -> AgentProcess:
         cfg = self.env.config
-        self.workspace = workspace_dir(self.env, cfg.get("workspace"), const.PROCESS_PLATFORM)
+        self.workspace = self.workspace_path()
         await housekeeping.hold(self._stack, const.PROCESS_PLATFORM, self.workspace, cfg.get("cleanup-after-days"))
         home = self.home = private_home(const.PROCESS_PLATFORM, self.workspace)
         if self._proxy is None:  # one per adapter: a restarted claude gets new routes on it

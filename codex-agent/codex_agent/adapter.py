@@ -120,7 +120,7 @@ class CodexAdapter(Adapter):
                 raise await self._exit_error("is not running any more")
             return self._peer
         cfg = self.env.config
-        workspace = workspace_dir(self.env, cfg.get("workspace"), DATA)
+        workspace = self.workspace_path()
         await housekeeping.hold(self._stack, DATA, workspace, cfg.get("cleanup-after-days"))
         home = private_home(DATA, workspace)
         codex_home = home / ".codex"

@@ -42,6 +42,21 @@ async def long_run_started(case, server, host) -> tuple[Any, dict[str, Any], asy
     return runner, cfg, long_run
 
 
+async def collect_sending(runner, host, ctx, *follow_ups: Any) -> list[Any]:
+    """Run ``ctx``; once its answer starts streaming, these follow-ups are sent into the running turn
+    (a text, or ``(text, identity)``), in order."""
+    sent: list[bool] = []
+
+    def during(r):
+        if rtype(r) == "message.delta" and not sent:
+            sent.append(True)
+            for f in follow_ups:
+                text, identity = f if isinstance(f, tuple) else (f, None)
+                host.queue_steering(ctx, text, identity=identity)
+
+    return await collect(runner, host, ctx, during)
+
+
 def sessions_seen(case, server) -> list[str]:
     return [s.conversation for s in case.seen(server)]
 
@@ -140,16 +155,9 @@ async def test_stop_as_a_follow_up_stops_the_running_turn_now(case, server, host
     case.answer(server, SLOW, 0.1)
     runner = make_runner(case.plugin, host)
     ctx = host.make_context("long job", config=case.config(server), steering=True)
-    sent: list[bool] = []
-
-    def during(r):
-        if rtype(r) == "message.delta" and not sent:
-            sent.append(True)
-            host.queue_steering(ctx, "and also this")  # a follow-up before the stop: not started
-            host.queue_steering(ctx, "/stop")
-
     start = time.monotonic()
-    results = await collect(runner, host, ctx, during)
+    # a follow-up before the stop: not started
+    results = await collect_sending(runner, host, ctx, "and also this", "/stop")
     assert time.monotonic() - start < 6.0, "the turn was stopped, not run to its end"
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     text = shown(results)
@@ -180,14 +188,7 @@ async def test_another_members_stop_does_not_stop_my_turn_unless_an_approver(cas
     runner = make_runner(case.plugin, host)
     cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "actor"}
     ctx = host.make_context("alice's long job", config=cfg, identity=ALICE, steering=True)
-    sent: list[bool] = []
-
-    def during(r):
-        if rtype(r) == "message.delta" and not sent:
-            sent.append(True)
-            host.queue_steering(ctx, "/stop", identity=BOB)
-
-    results = await collect(runner, host, ctx, during)
+    results = await collect_sending(runner, host, ctx, ("/stop", BOB))
     text = shown(results)
     assert "Stopped by" not in text and "slow slow" in text, text
     assert "Nothing is running in your session" in text, text
@@ -195,9 +196,8 @@ async def test_another_members_stop_does_not_stop_my_turn_unless_an_approver(cas
     case.answer(server, SLOW, 0.1)
     cfg = {**cfg, "approvers": ["u-bob"]}
     ctx = host.make_context("alice's long job", config=cfg, identity=ALICE, steering=True)
-    sent.clear()
     start = time.monotonic()
-    results = await collect(runner, host, ctx, during)
+    results = await collect_sending(runner, host, ctx, ("/stop", BOB))
     assert time.monotonic() - start < 6.0
     assert "Stopped by Bob" in shown(results), shown(results)
     assert not await children_left()
@@ -272,15 +272,7 @@ async def test_commands_sent_during_a_turn_are_answered_after_it_in_order(case, 
     runner = make_runner(case.plugin, host)
     cfg = case.config(server)
     ctx = host.make_context("job", config=cfg, steering=True)
-    sent: list[bool] = []
-
-    def during(r):
-        if rtype(r) == "message.delta" and not sent:
-            sent.append(True)
-            host.queue_steering(ctx, "/cost")
-            host.queue_steering(ctx, "/new")
-
-    results = await collect(runner, host, ctx, during)
+    results = await collect_sending(runner, host, ctx, "/cost", "/new")
     shown_ = messages(results)
     assert rtype(terminal(results)) == "run.completed"
     assert shown_[0].startswith("slow"), shown_
@@ -334,14 +326,7 @@ async def test_a_follow_up_that_waits_says_so_under_the_running_answer(case, ser
     case.answer(server, ["step "] * 30, 0.05)
     runner = make_runner(case.plugin, host)
     ctx = host.make_context("job", config={**case.config(server), "advanced-settings": True, "follow-up-mode": "next-turn"}, steering=True)
-    sent: list[bool] = []
-
-    def during(r):
-        if rtype(r) == "message.delta" and not sent:
-            sent.append(True)
-            host.queue_steering(ctx, "and then this", identity=Identity(actor_id="u-1", actor_name="Tester"))
-
-    results = await collect(runner, host, ctx, during)
+    results = await collect_sending(runner, host, ctx, ("and then this", Identity(actor_id="u-1", actor_name="Tester")))
     waiting = [r.data["chunk"]["all_content"] for r in results if rtype(r) == "message.delta"
                and "handled after the current turn" in r.data["chunk"]["all_content"]]
     assert waiting and waiting[0].startswith("step"), "shown under the answer while the turn ran"
@@ -409,15 +394,7 @@ async def test_a_model_switch_during_a_run_applies_to_the_next_follow_up(case, s
     cfg = {**case.config(server), "advanced-settings": True, "user-id-source": "actor", "model": "model-a",
            "chat-models": "model-b"}
     ctx = host.make_context("first job", config=cfg, steering=True)
-    sent: list[bool] = []
-
-    def during(r):
-        if rtype(r) == "message.delta" and not sent:
-            sent.append(True)
-            host.queue_steering(ctx, "/model model-b")
-            host.queue_steering(ctx, "second job")
-
-    results = await collect(runner, host, ctx, during)
+    results = await collect_sending(runner, host, ctx, "/model model-b", "second job")
     assert rtype(terminal(results)) == "run.completed", terminal(results).data
     assert any("Model of this session: model-b" in m for m in messages(results)), messages(results)
     seen = case.seen(server)
